@@ -1,0 +1,179 @@
+// Package config reads the mesh's settings from the environment, the way a
+// Lambda function and the local stack both receive them. Secrets may come as
+// plain values (local) or as Secrets Manager ARNs (AWS); see secrets.go.
+package config
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// JWTKey is one HS256 signing key with its kid.
+type JWTKey struct {
+	ID     string
+	Secret []byte
+}
+
+// Config is everything the functions need.
+type Config struct {
+	MySQLDSN string
+	// AdminKey authenticates admin routes.
+	AdminKey string
+	// JWTKeys: the first signs, all verify (two live at once during rotation).
+	JWTKeys []JWTKey
+	// InboxMasterKey derives each agent's sealing key.
+	InboxMasterKey []byte
+	TokenTTL       time.Duration
+
+	KafkaBrokers    []string
+	KafkaTopic      string
+	KafkaPartitions int
+	// KafkaAuth is "none" (local) or "aws-msk-iam" (MSK, with TLS).
+	KafkaAuth string
+	// KafkaPublicBrokers is what meshd is told to use (defaults to KafkaBrokers).
+	KafkaPublicBrokers []string
+
+	MaxMessageBytes int
+	TaskIdleTimeout time.Duration
+	OutboxRetention time.Duration
+}
+
+// Getenv is the lookup Load uses; tests pass a map.
+type Getenv func(string) string
+
+// Load reads the configuration. Missing secrets are errors: a function must
+// not start with a guessable key.
+func Load(getenv Getenv) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := Config{
+		MySQLDSN:        getenv("MYSQL_DSN"),
+		AdminKey:        getenv("MESH_ADMIN_KEY"),
+		KafkaTopic:      or(getenv("KAFKA_TOPIC"), "inbox.events"),
+		KafkaAuth:       or(getenv("KAFKA_AUTH"), "none"),
+		KafkaBrokers:    splitList(getenv("KAFKA_BROKERS")),
+		TokenTTL:        time.Hour,
+		MaxMessageBytes: 256 << 10,
+		TaskIdleTimeout: 24 * time.Hour,
+		OutboxRetention: 7 * 24 * time.Hour,
+		KafkaPartitions: 12,
+	}
+	c.KafkaPublicBrokers = splitList(getenv("KAFKA_PUBLIC_BROKERS"))
+	if len(c.KafkaPublicBrokers) == 0 {
+		c.KafkaPublicBrokers = c.KafkaBrokers
+	}
+	var err error
+	if c.JWTKeys, err = ParseJWTKeys(getenv("MESH_JWT_KEYS")); err != nil {
+		return c, err
+	}
+	if v := getenv("MESH_INBOX_MASTER_KEY"); v != "" {
+		if c.InboxMasterKey, err = base64.StdEncoding.DecodeString(v); err != nil || len(c.InboxMasterKey) != 32 {
+			return c, fmt.Errorf("config: MESH_INBOX_MASTER_KEY must be 32 bytes, base64")
+		}
+	}
+	if c.MaxMessageBytes, err = intVar(getenv, "MESH_MAX_MESSAGE_BYTES", c.MaxMessageBytes); err != nil {
+		return c, err
+	}
+	if c.KafkaPartitions, err = intVar(getenv, "KAFKA_PARTITIONS", c.KafkaPartitions); err != nil {
+		return c, err
+	}
+	if c.TaskIdleTimeout, err = durVar(getenv, "MESH_TASK_IDLE_TIMEOUT", c.TaskIdleTimeout); err != nil {
+		return c, err
+	}
+	if c.OutboxRetention, err = durVar(getenv, "MESH_OUTBOX_RETENTION", c.OutboxRetention); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// ParseJWTKeys parses "kid:base64secret,kid2:base64secret".
+func ParseJWTKeys(v string) ([]JWTKey, error) {
+	var keys []JWTKey
+	for _, item := range splitList(v) {
+		kid, sec, ok := strings.Cut(item, ":")
+		raw, err := base64.StdEncoding.DecodeString(sec)
+		if !ok || kid == "" || err != nil || len(raw) < 32 {
+			return nil, fmt.Errorf("config: MESH_JWT_KEYS must be kid:base64(>=32 bytes) pairs separated by commas")
+		}
+		keys = append(keys, JWTKey{ID: kid, Secret: raw})
+	}
+	return keys, nil
+}
+
+// FormatJWTKeys is the inverse of ParseJWTKeys.
+func FormatJWTKeys(keys []JWTKey) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k.ID + ":" + base64.StdEncoding.EncodeToString(k.Secret)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Require reports the first missing setting among the named ones.
+func (c Config) Require(names ...string) error {
+	for _, n := range names {
+		missing := false
+		switch n {
+		case "MYSQL_DSN":
+			missing = c.MySQLDSN == ""
+		case "MESH_ADMIN_KEY":
+			missing = c.AdminKey == ""
+		case "MESH_JWT_KEYS":
+			missing = len(c.JWTKeys) == 0
+		case "MESH_INBOX_MASTER_KEY":
+			missing = len(c.InboxMasterKey) == 0
+		case "KAFKA_BROKERS":
+			missing = len(c.KafkaBrokers) == 0
+		}
+		if missing {
+			return fmt.Errorf("config: %s is not set", n)
+		}
+	}
+	return nil
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func intVar(getenv Getenv, name string, def int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("config: %s must be a positive integer, got %q", name, v)
+	}
+	return n, nil
+}
+
+func durVar(getenv Getenv, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("config: %s must be a positive duration like 24h, got %q", name, v)
+	}
+	return d, nil
+}

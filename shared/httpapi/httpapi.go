@@ -1,0 +1,304 @@
+// Package httpapi adapts API Gateway HTTP API (payload v2) events to the
+// mesh's handlers: one middleware authenticates every request, decodes JSON
+// strictly, and maps *mesh.Error to application/problem+json exactly once.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// AuthMode says who may call an endpoint.
+type AuthMode int
+
+// Authentication modes.
+const (
+	AuthAgent  AuthMode = iota // Bearer JWT of an agent
+	AuthAdmin                  // Bearer admin key
+	AuthPublic                 // no credentials (token exchange, health)
+)
+
+// Caller is the authenticated principal of a request.
+type Caller struct {
+	AgentID string
+	KeyID   string
+	Admin   bool
+}
+
+// Authenticator verifies bearer credentials. identity implements it.
+type Authenticator interface {
+	// AuthenticateAgent verifies an agent JWT.
+	AuthenticateAgent(ctx context.Context, token string) (Caller, error)
+	// AuthenticateAdmin verifies the admin key in constant time.
+	AuthenticateAdmin(ctx context.Context, key string) error
+}
+
+// Request is what a handler sees.
+type Request struct {
+	Event  events.APIGatewayV2HTTPRequest
+	Caller Caller
+	body   []byte
+}
+
+// Response is what a handler returns on success.
+type Response struct {
+	Status  int
+	Body    any
+	Headers map[string]string
+}
+
+// Endpoint is one route's handler with its auth mode.
+type Endpoint struct {
+	Auth   AuthMode
+	Handle func(ctx context.Context, r *Request) (Response, error)
+}
+
+// MaxBodyBytes caps a request body before any parsing. API Gateway allows
+// 10 MB; the mesh needs far less (messages are limited to 256 KiB by default).
+var MaxBodyBytes = 1 << 20
+
+// JSON builds a JSON response.
+func JSON(status int, body any) Response { return Response{Status: status, Body: body} }
+
+// Path returns a path parameter.
+func (r *Request) Path(name string) string { return r.Event.PathParameters[name] }
+
+// Query returns a query string parameter.
+func (r *Request) Query(name string) string { return r.Event.QueryStringParameters[name] }
+
+// Body returns the raw request body.
+func (r *Request) Body() []byte { return r.body }
+
+// Header returns a request header (API Gateway lower-cases names).
+func (r *Request) Header(name string) string { return header(r.Event.Headers, name) }
+
+// Decode parses the JSON body into v strictly: unknown fields, trailing data
+// and a missing body are 400s with a clear message.
+func (r *Request) Decode(v any) error {
+	if len(bytes.TrimSpace(r.body)) == 0 {
+		return mesh.Errorf(mesh.KindInvalid, "invalid_json", "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return mesh.Errorf(mesh.KindInvalid, "invalid_json", "request body is not valid: %s", jsonProblem(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return mesh.Errorf(mesh.KindInvalid, "invalid_json", "request body must hold exactly one JSON value")
+	}
+	return nil
+}
+
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be %s", te.Field, te.Type.String())
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return "malformed JSON"
+}
+
+func header(h map[string]string, name string) string {
+	if v, ok := h[strings.ToLower(name)]; ok {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+// LambdaHandler is the signature aws-lambda-go calls for HTTP API events.
+type LambdaHandler func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+// Lambda wraps an endpoint with authentication, body limits, error mapping
+// and one structured log line per request. It never returns a Go error: every
+// failure becomes a problem document, so API Gateway never answers a bare 502.
+func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, _ error) {
+		start := time.Now()
+		req := &Request{Event: ev}
+		defer func() {
+			if p := recover(); p != nil {
+				resp = problem(log, ev, mesh.Internal(fmt.Errorf("panic: %v", p)))
+			}
+			log.LogAttrs(ctx, slog.LevelInfo, "request",
+				slog.String("route", ev.RouteKey),
+				slog.String("request_id", ev.RequestContext.RequestID),
+				slog.String("caller", req.Caller.AgentID),
+				slog.Int("status", resp.StatusCode),
+				slog.Duration("took", time.Since(start)))
+		}()
+		body, err := readBody(ev)
+		if err != nil {
+			return problem(log, ev, err), nil
+		}
+		req.body = body
+		if req.Caller, err = authenticate(ctx, auth, ep.Auth, ev); err != nil {
+			return problem(log, ev, err), nil
+		}
+		out, err := ep.Handle(ctx, req)
+		if err != nil {
+			return problem(log, ev, err), nil
+		}
+		return encode(out), nil
+	}
+}
+
+func readBody(ev events.APIGatewayV2HTTPRequest) ([]byte, error) {
+	if len(ev.Body) > MaxBodyBytes*4/3+4 {
+		return nil, tooLarge()
+	}
+	body := []byte(ev.Body)
+	if ev.IsBase64Encoded {
+		var err error
+		if body, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
+			return nil, mesh.Errorf(mesh.KindInvalid, "invalid_body", "body is not valid base64")
+		}
+	}
+	if len(body) > MaxBodyBytes {
+		return nil, tooLarge()
+	}
+	return body, nil
+}
+
+func tooLarge() error {
+	return mesh.Errorf(mesh.KindTooLarge, "body_too_large", "request body exceeds %d bytes", MaxBodyBytes)
+}
+
+func authenticate(ctx context.Context, auth Authenticator, mode AuthMode, ev events.APIGatewayV2HTTPRequest) (Caller, error) {
+	if mode == AuthPublic {
+		return Caller{}, nil
+	}
+	h := header(ev.Headers, "Authorization")
+	scheme, cred, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(cred) == "" {
+		return Caller{}, mesh.Errorf(mesh.KindUnauthorized, "missing_token", "send Authorization: Bearer <token>")
+	}
+	cred = strings.TrimSpace(cred)
+	if mode == AuthAdmin {
+		if err := auth.AuthenticateAdmin(ctx, cred); err != nil {
+			return Caller{}, err
+		}
+		return Caller{Admin: true}, nil
+	}
+	return auth.AuthenticateAgent(ctx, cred)
+}
+
+func encode(out Response) events.APIGatewayV2HTTPResponse {
+	status := out.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	headers := map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"}
+	for k, v := range out.Headers {
+		headers[k] = v
+	}
+	var body string
+	if out.Body != nil {
+		b, err := json.Marshal(out.Body)
+		if err != nil {
+			return encodeProblem(mesh.Internal(err), "")
+		}
+		body = string(b)
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: headers, Body: body}
+}
+
+// StatusOf maps an error kind to its HTTP status; the one place this happens.
+func StatusOf(k mesh.Kind) int {
+	switch k {
+	case mesh.KindInvalid:
+		return http.StatusBadRequest
+	case mesh.KindUnauthorized:
+		return http.StatusUnauthorized
+	case mesh.KindForbidden:
+		return http.StatusForbidden
+	case mesh.KindNotFound:
+		return http.StatusNotFound
+	case mesh.KindConflict:
+		return http.StatusConflict
+	case mesh.KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case mesh.KindUnprocessable:
+		return http.StatusUnprocessableEntity
+	case mesh.KindRateLimited:
+		return http.StatusTooManyRequests
+	case mesh.KindUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Problem is an RFC 9457 problem document with the mesh's stable code.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Code     string `json:"code"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+}
+
+func problem(log *slog.Logger, ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
+	me := mesh.AsError(err)
+	if me.Kind == mesh.KindInternal || me.Kind == mesh.KindUnavailable {
+		// The cause is logged for operators; the client sees only the code.
+		log.Error("request failed", "route", ev.RouteKey, "request_id", ev.RequestContext.RequestID, "err", err)
+	}
+	return encodeProblem(me, ev.RequestContext.RequestID)
+}
+
+func encodeProblem(me *mesh.Error, requestID string) events.APIGatewayV2HTTPResponse {
+	status := StatusOf(me.Kind)
+	p := Problem{
+		Type:     "urn:agentmesh:problem:" + me.Code,
+		Title:    http.StatusText(status),
+		Status:   status,
+		Code:     me.Code,
+		Detail:   me.Message,
+		Instance: requestID,
+	}
+	b, _ := json.Marshal(p)
+	headers := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
+	if me.RetryAfter > 0 {
+		headers["Retry-After"] = strconv.Itoa(me.RetryAfter)
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: headers, Body: string(b)}
+}
+
+// Endpoints maps a template function's logical ID (e.g. "HeartbeatFunction")
+// to its endpoint. Each service package exports one such map, so the Lambda
+// binary and the local stack pick the very same handler by name.
+type Endpoints map[string]Endpoint
+
+// Must returns the endpoint named name or panics at init, so a wiring typo
+// fails the function's start instead of its first request.
+func (e Endpoints) Must(name string) Endpoint {
+	ep, ok := e[name]
+	if !ok || ep.Handle == nil {
+		panic("httpapi: no endpoint named " + name)
+	}
+	return ep
+}

@@ -1,0 +1,96 @@
+package mesh
+
+import (
+	"encoding/json"
+	"regexp"
+	"time"
+)
+
+// AgentIDPattern is the documented shape of an agent id: 1-64 characters,
+// starting with a letter or digit, then letters, digits, '.', '_' or '-'.
+// Ids are compared exactly (binary collation): "Alice" and "alice" differ.
+var AgentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidAgentID reports whether id matches AgentIDPattern.
+func ValidAgentID(id string) bool { return AgentIDPattern.MatchString(id) }
+
+// Presence states of an agent.
+const (
+	PresenceActive   = "active"
+	PresenceDraining = "draining"
+	PresenceInactive = "inactive"
+)
+
+// Agent is a registered agent and its presence.
+type Agent struct {
+	AgentID         string     `json:"agent_id"`
+	Name            string     `json:"name"`
+	Status          string     `json:"status"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+}
+
+// Task states (A2A).
+const (
+	TaskSubmitted     = "submitted"
+	TaskWorking       = "working"
+	TaskInputRequired = "input-required"
+	TaskCompleted     = "completed"
+	TaskFailed        = "failed"
+	TaskCanceled      = "canceled"
+	TaskRejected      = "rejected"
+)
+
+// TerminalTaskState reports whether no further move is allowed from s.
+func TerminalTaskState(s string) bool {
+	switch s {
+	case TaskCompleted, TaskFailed, TaskCanceled, TaskRejected:
+		return true
+	}
+	return false
+}
+
+// Part is one piece of a message or artifact: text, data, url or file.
+type Part struct {
+	Kind      string          `json:"kind"`
+	Text      string          `json:"text,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
+	URL       string          `json:"url,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	MediaType string          `json:"media_type,omitempty"`
+	// Bytes is base64 for file parts.
+	Bytes string `json:"bytes,omitempty"`
+}
+
+// Event types carried in the Kafka envelope.
+const (
+	EventMessage  = "message"
+	EventStatus   = "status"
+	EventArtifact = "artifact"
+)
+
+// EnvelopeVersion is the current value of Envelope.V.
+const EnvelopeVersion = 1
+
+// Envelope is the Kafka record value and the item of GET /v1/inbox. On Kafka
+// the body travels only in Sealed (encrypted for the recipient); the inbox API
+// returns it opened in Body and omits Sealed.
+type Envelope struct {
+	V          int             `json:"v"`
+	EventID    string          `json:"event_id"`
+	Seq        int64           `json:"seq"`
+	Type       string          `json:"type"`
+	To         string          `json:"to"`
+	From       string          `json:"from"`
+	TaskID     string          `json:"task_id"`
+	ContextID  string          `json:"context_id"`
+	GroupID    string          `json:"group_id,omitempty"`
+	MessageID  string          `json:"message_id"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	KeyEpoch   int             `json:"key_epoch"`
+	Sealed     string          `json:"sealed,omitempty"`
+	Body       json.RawMessage `json:"body,omitempty"`
+	// Status is the delivery state in the inbox API (pending, sent, failed);
+	// not part of the Kafka record.
+	Delivery string `json:"delivery,omitempty"`
+}

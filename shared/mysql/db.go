@@ -1,0 +1,119 @@
+// Package mysql is the MySQL/Aurora adapter: connections, the transaction
+// boundary with deadlock retry, and schema migrations. SQL here runs unchanged
+// on Aurora MySQL 8.0 and MariaDB 10.11.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL server error numbers the code reacts to.
+const (
+	ErrDupEntry     = 1062
+	ErrLockWait     = 1205
+	ErrDeadlock     = 1213
+	maxTxAttempts   = 6
+	defaultMaxConns = 10
+)
+
+// DB is a connection pool with the project's transaction boundary.
+type DB struct {
+	*sql.DB
+}
+
+// Open connects with dsn, forcing the options the code relies on (parsed UTC
+// times, utf8mb4) and checks the server answers.
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: bad DSN: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	cfg.Collation = "utf8mb4_unicode_ci"
+	cfg.InterpolateParams = false
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(defaultMaxConns)
+	db.SetMaxIdleConns(defaultMaxConns)
+	db.SetConnMaxLifetime(5 * time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysql: cannot reach %s: %w", cfg.Addr, err)
+	}
+	return &DB{DB: db}, nil
+}
+
+// InTx runs fn in one transaction and commits it. A deadlock or lock-wait
+// timeout (1213, 1205) rolls back and runs fn again from the start, so fn must
+// do all its reads inside tx and have no effects outside it. Any error from fn
+// rolls back and is returned as is.
+func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		if attempt > 0 {
+			// Jittered backoff so two retried transactions do not collide again.
+			d := time.Duration(attempt*attempt)*5*time.Millisecond + time.Duration(rand.IntN(10))*time.Millisecond
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		err = db.runTx(ctx, fn)
+		if !IsRetryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// IsRetryable reports whether err is a deadlock or lock-wait timeout.
+func IsRetryable(err error) bool {
+	return errNumber(err) == ErrDeadlock || errNumber(err) == ErrLockWait
+}
+
+// IsDuplicate reports whether err is a duplicate-key violation (1062).
+func IsDuplicate(err error) bool { return errNumber(err) == ErrDupEntry }
+
+func errNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}

@@ -1,0 +1,68 @@
+// Package mysqltest gives each test a fresh, migrated database on the real
+// server named by MYSQL_DSN (default: the private MariaDB of infra/mariadb.sh).
+package mysqltest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"testing"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/testenv"
+)
+
+// DefaultDSN reaches the private MariaDB started by infra/mariadb.sh.
+const DefaultDSN = "mesh:mesh@tcp(127.0.0.1:33306)/mesh?parseTime=true"
+
+// ServerDSN is the DSN of the server tests run against.
+func ServerDSN() string {
+	if d := os.Getenv("MYSQL_DSN"); d != "" {
+		return d
+	}
+	return DefaultDSN
+}
+
+// New creates a database mesh_test_<random>, applies the migrations and drops
+// it when the test ends. It returns the pool and the database's DSN (for
+// tests that start other processes against it).
+func New(t testing.TB) (*mysql.DB, string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := gomysql.ParseDSN(ServerDSN())
+	if err != nil {
+		t.Fatalf("MYSQL_DSN: %v", err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err == nil {
+		err = admin.PingContext(ctx)
+	}
+	if err != nil {
+		testenv.Missing(t, "MySQL/MariaDB at "+cfg.Addr, err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "mesh_test_" + hex.EncodeToString(b)
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	db, err := mysql.Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("open test database: %v", err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		_, _ = admin.ExecContext(context.Background(), "DROP DATABASE "+name)
+		admin.Close()
+	})
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return db, dsn
+}

@@ -1,0 +1,151 @@
+// Package outbox writes events for recipients inside the caller's
+// transaction, each with a gapless per-recipient seq, and drains them to Kafka
+// in seq order (dispatcher.go). MySQL stays the source of truth: the same rows
+// serve GET /v1/inbox.
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// Event is one event to append for a recipient. Seq and EventID are filled by
+// Append.
+type Event struct {
+	EventID    string
+	Seq        int64
+	Type       string
+	To         string
+	From       string
+	TaskID     string
+	ContextID  string
+	GroupID    string
+	MessageID  string
+	OccurredAt time.Time
+	Body       json.RawMessage
+	TraceID    string
+}
+
+// NewEventID returns a random 128-bit id in UUID text form.
+func NewEventID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// Append assigns seqs and inserts events in tx. Counters are locked with one
+// UPDATE per batch over the sorted recipient set, so every transaction locks
+// counter rows in ascending key order and two fan-outs cannot deadlock.
+// Events for one recipient keep their slice order.
+func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	count := map[string]int64{}
+	for _, e := range events {
+		count[e.To]++
+	}
+	recipients := make([]string, 0, len(count))
+	for r := range count {
+		recipients = append(recipients, r)
+	}
+	sort.Strings(recipients)
+
+	// Lock and bump the counters in key order, in chunks to bound statement size.
+	next := map[string]int64{}
+	epochs := map[string]int{}
+	for start := 0; start < len(recipients); start += 500 {
+		chunk := recipients[start:min(start+500, len(recipients))]
+		args := make([]any, 0, len(chunk)*3)
+		var caseSQL strings.Builder
+		for _, r := range chunk {
+			caseSQL.WriteString(" WHEN ? THEN ?")
+			args = append(args, r, count[r])
+		}
+		in := placeholders(len(chunk))
+		for _, r := range chunk {
+			args = append(args, r)
+		}
+		res, err := tx.ExecContext(ctx, "UPDATE inbox_counters SET last_seq = last_seq + CASE recipient"+caseSQL.String()+" END WHERE recipient IN ("+in+") ORDER BY recipient", args...)
+		if err != nil {
+			return fmt.Errorf("outbox: lock counters: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != int64(len(chunk)) {
+			return mesh.Errorf(mesh.KindNotFound, "agent_not_found", "a recipient does not exist")
+		}
+		rargs := make([]any, len(chunk))
+		for i, r := range chunk {
+			rargs[i] = r
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT c.recipient, c.last_seq, a.key_epoch FROM inbox_counters c JOIN agents a ON a.agent_id = c.recipient WHERE c.recipient IN ("+in+")", rargs...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r string
+			var last int64
+			var epoch int
+			if err := rows.Scan(&r, &last, &epoch); err != nil {
+				rows.Close()
+				return err
+			}
+			next[r] = last - count[r] + 1
+			epochs[r] = epoch
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	for i := range events {
+		e := &events[i]
+		e.Seq = next[e.To]
+		next[e.To]++
+		if e.EventID == "" {
+			e.EventID = NewEventID()
+		}
+	}
+	// Multi-row inserts in chunks: a 1,000-member fan-out is a few statements.
+	const cols = 13
+	for start := 0; start < len(events); start += 200 {
+		chunk := events[start:min(start+200, len(events))]
+		args := make([]any, 0, len(chunk)*cols)
+		rowsSQL := make([]string, len(chunk))
+		for i, e := range chunk {
+			rowsSQL[i] = "(" + placeholders(cols) + ")"
+			var group any
+			if e.GroupID != "" {
+				group = e.GroupID
+			}
+			var trace any
+			if e.TraceID != "" {
+				trace = e.TraceID
+			}
+			args = append(args, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
+				e.MessageID, epochs[e.To], string(e.Body), trace, e.OccurredAt)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO outbox_events
+(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at)
+VALUES `+strings.Join(rowsSQL, ","), args...)
+		if err != nil {
+			return fmt.Errorf("outbox: insert: %w", err)
+		}
+	}
+	return nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
