@@ -5,7 +5,7 @@ GO ?= go
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-.PHONY: run test bench vet fmt lint build services-up services-down clean
+.PHONY: run test bench vet fmt lint build invoke services-up services-down clean
 
 ## run: the whole mesh locally (MariaDB, embedded Kafka, every route and schedule of template.yaml, demo agents)
 run:
@@ -20,6 +20,11 @@ test:
 	  echo "==> go vet"; $(GO) vet ./...; \
 	  echo "==> gofmt"; test -z "$$(gofmt -l $$(git ls-files "*.go") | tee /dev/stderr)"; \
 	  echo "==> go test"; $(GO) test -count=1 -timeout 20m ./...'
+	@infra/lint-template.sh
+
+## lint: template.yaml through cfn-lint and sam validate --lint (pip, into .local/venv)
+lint:
+	@infra/lint-template.sh
 
 ## bench: speed and memory targets
 bench:

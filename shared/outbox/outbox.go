@@ -118,9 +118,13 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 		}
 	}
 	// Multi-row inserts in chunks: a 1,000-member fan-out is a few statements.
+	// A chunk is also cut by body bytes so a statement stays far below
+	// max_allowed_packet (16 MiB on MariaDB, 64 MiB on Aurora) even when
+	// every body is a maximal message.
 	const cols = 13
-	for start := 0; start < len(events); start += 200 {
-		chunk := events[start:min(start+200, len(events))]
+	for start, end := 0, 0; start < len(events); start = end {
+		end = chunkEnd(events, start, maxInsertRows, maxInsertBytes)
+		chunk := events[start:end]
 		args := make([]any, 0, len(chunk)*cols)
 		rowsSQL := make([]string, len(chunk))
 		for i, e := range chunk {
@@ -144,6 +148,26 @@ VALUES `+strings.Join(rowsSQL, ","), args...)
 		}
 	}
 	return nil
+}
+
+// Limits of one multi-row INSERT of outbox rows.
+const (
+	maxInsertRows  = 200
+	maxInsertBytes = 4 << 20
+)
+
+// chunkEnd returns the end of the chunk starting at start: at most maxRows
+// events and, unless a single body is larger, at most maxBytes of bodies.
+func chunkEnd(events []Event, start, maxRows, maxBytes int) int {
+	end, size := start, 0
+	for end < len(events) && end-start < maxRows {
+		size += len(events[end].Body)
+		if end > start && size > maxBytes {
+			break
+		}
+		end++
+	}
+	return end
 }
 
 func placeholders(n int) string {

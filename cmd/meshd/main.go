@@ -1,0 +1,338 @@
+// Command meshd is the Agent Mesh agent-host daemon and CLI.
+//
+//	meshd run [-- command args...]   deliver the agent's events to a handler command
+//	meshd send --to bob "text"       send a message; prints {task_id, message_id, ...}
+//	meshd reply --task ID "text"     reply in a task
+//	meshd inbox [--after N]          print inbox events, one JSON object per line
+//	meshd version
+//
+// Configuration comes from the environment: MESH_API_URL, MESH_API_KEY,
+// MESH_STATE_DIR, MESH_HANDLER, MESH_MODE (see usage). This file only parses
+// and wires; the logic lives in shared/meshd and shared/meshclient.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/meshd"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+const usage = `usage: meshd <command> [flags]
+
+commands:
+  run [-- command args...]    deliver this agent's events to a handler, in order, once each
+  send --to AGENT [--task ID] [--context ID] [--message-id ID] TEXT...
+                              send a message (TEXT from stdin when omitted)
+  reply --task ID [--message-id ID] TEXT...
+                              reply in a task
+  inbox [--after N] [--limit N] [--wait 5s]
+                              print inbox events as JSON lines
+  version                     print the version
+
+environment:
+  MESH_API_URL          mesh API base URL (default http://127.0.0.1:8080)
+  MESH_API_KEY          this agent's API key (required)
+  MESH_STATE_DIR        where delivery progress is kept (default ~/.local/state/meshd)
+  MESH_HANDLER          handler command line, run with sh -c once per event
+                        (or give the command after "run --")
+  MESH_HANDLER_TIMEOUT  longest a handler may run (default 30m; 0 = no limit)
+  MESH_MODE             auto (default), kafka or poll
+  MESH_KAFKA_BROKERS    override the brokers the mesh announces (comma-separated)
+  MESH_LOG_FORMAT       text (default) or json; logs go to stderr
+  MESH_LOG_LEVEL        debug, info (default), warn or error
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errUsage marks command-line mistakes (exit status 2).
+var errUsage = errors.New("usage")
+
+// cli runs one command and returns the exit status.
+func cli(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], getenv, stdout, stderr)
+	case "send":
+		err = cmdSend(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "reply":
+		err = cmdReply(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "inbox":
+		err = cmdInbox(ctx, args[1:], getenv, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "meshd %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "meshd: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		return 2
+	default:
+		// One line: the first line of the error, never a credential.
+		msg := strings.SplitN(err.Error(), "\n", 2)[0]
+		fmt.Fprintf(stderr, "meshd: %s\n", strings.TrimPrefix(msg, "meshd: "))
+		return 1
+	}
+}
+
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return version
+}
+
+// settings is the environment, read once.
+type settings struct {
+	apiURL, apiKey string
+}
+
+func loadSettings(getenv func(string) string) (settings, error) {
+	s := settings{apiURL: getenv("MESH_API_URL"), apiKey: getenv("MESH_API_KEY")}
+	if s.apiURL == "" {
+		s.apiURL = "http://127.0.0.1:8080"
+	}
+	if !strings.HasPrefix(s.apiURL, "http://") && !strings.HasPrefix(s.apiURL, "https://") {
+		return s, fmt.Errorf("MESH_API_URL must start with http:// or https:// (got %q)", s.apiURL)
+	}
+	if s.apiKey == "" {
+		return s, errors.New("MESH_API_KEY is not set: export this agent's API key (shown once when the agent was created)")
+	}
+	return s, nil
+}
+
+func newLogger(getenv func(string) string, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if v := getenv("MESH_LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return nil, fmt.Errorf("MESH_LOG_LEVEL must be debug, info, warn or error (got %q)", v)
+		}
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f := getenv("MESH_LOG_FORMAT"); f {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("MESH_LOG_FORMAT must be text or json (got %q)", f)
+	}
+}
+
+func stateDir(getenv func(string) string) (string, error) {
+	if d := getenv("MESH_STATE_DIR"); d != "" {
+		return d, nil
+	}
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "meshd"), nil
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "", errors.New("MESH_STATE_DIR is not set and there is no HOME to default to ~/.local/state/meshd")
+	}
+	return filepath.Join(home, ".local", "state", "meshd"), nil
+}
+
+func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	s, err := loadSettings(getenv)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(getenv, stderr)
+	if err != nil {
+		return err
+	}
+	dir, err := stateDir(getenv)
+	if err != nil {
+		return err
+	}
+	command := fs.Args()
+	if len(command) == 0 {
+		line := strings.TrimSpace(getenv("MESH_HANDLER"))
+		if line == "" {
+			return errors.New(`MESH_HANDLER is not set: give the command to run for each event, e.g. MESH_HANDLER='cat >> inbox.jsonl' or meshd run -- cat`)
+		}
+		command = []string{"sh", "-c", line}
+	}
+	timeout := 30 * time.Minute
+	if v := getenv("MESH_HANDLER_TIMEOUT"); v != "" {
+		if timeout, err = time.ParseDuration(v); err != nil || timeout < 0 {
+			return fmt.Errorf("MESH_HANDLER_TIMEOUT must be a duration like 10m (got %q)", v)
+		}
+	}
+	var brokers []string
+	if v := getenv("MESH_KAFKA_BROKERS"); v != "" {
+		brokers = strings.Split(v, ",")
+	}
+	mode := getenv("MESH_MODE")
+	switch mode {
+	case "", meshd.ModeAuto, meshd.ModeKafka, meshd.ModePoll:
+	default:
+		return fmt.Errorf("MESH_MODE must be auto, kafka or poll (got %q)", mode)
+	}
+	api := meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd/"+buildVersion()))
+	return meshd.Run(ctx, meshd.Config{
+		API:          api,
+		StateDir:     dir,
+		Handler:      meshd.CommandHandler{Command: command, Timeout: timeout, Stdout: stdout, Stderr: stderr},
+		Log:          log,
+		Mode:         mode,
+		KafkaBrokers: brokers,
+	})
+}
+
+// callTimeout bounds one CLI call, retries included.
+const callTimeout = time.Minute
+
+func textParts(fs *flag.FlagSet, stdin io.Reader) ([]mesh.Part, error) {
+	text := strings.Join(fs.Args(), " ")
+	if fs.NArg() == 0 {
+		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20))
+		if err != nil {
+			return nil, err
+		}
+		text = strings.TrimRight(string(b), "\n")
+	}
+	if text == "" {
+		return nil, errors.New("nothing to send: give the text as arguments or on stdin")
+	}
+	return []mesh.Part{{Kind: "text", Text: text}}, nil
+}
+
+func cmdSend(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd send", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	to := fs.String("to", "", "recipient agent id (required)")
+	task := fs.String("task", "", "continue this task")
+	contextID := fs.String("context", "", "context id to group related tasks")
+	messageID := fs.String("message-id", "", "idempotency id (minted when empty; reuse it to retry safely)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *to == "" {
+		return errors.New("send needs --to AGENT")
+	}
+	s, err := loadSettings(getenv)
+	if err != nil {
+		return err
+	}
+	parts, err := textParts(fs, stdin)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	res, err := client(s, stderr).Send(ctx, meshclient.SendRequest{To: *to, Parts: parts, MessageID: *messageID, TaskID: *task, ContextID: *contextID})
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+func cmdReply(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd reply", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	task := fs.String("task", "", "task id (required; MESH_TASK_ID in a handler)")
+	messageID := fs.String("message-id", "", "idempotency id (minted when empty)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *task == "" {
+		return errors.New("reply needs --task ID")
+	}
+	s, err := loadSettings(getenv)
+	if err != nil {
+		return err
+	}
+	parts, err := textParts(fs, stdin)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	res, err := client(s, stderr).Reply(ctx, *task, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+func cmdInbox(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd inbox", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	after := fs.Int64("after", 0, "print events with seq greater than this")
+	limit := fs.Int("limit", 100, "at most this many events (1-500)")
+	wait := fs.Duration("wait", 0, "long-poll up to this long (at most 20s) when there is nothing yet")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("inbox takes no arguments (got %q)", fs.Arg(0))
+	}
+	s, err := loadSettings(getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout+*wait)
+	defer cancel()
+	page, err := client(s, stderr).Inbox(ctx, *after, *limit, *wait)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	for _, ev := range page.Events {
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+	}
+	// The cursor goes to stderr so stdout stays pure JSON lines.
+	fmt.Fprintf(stderr, "next_after=%s oldest_seq=%s\n", strconv.FormatInt(page.NextAfter, 10), strconv.FormatInt(page.OldestSeq, 10))
+	return nil
+}
+
+func client(s settings, stderr io.Writer) *meshclient.Client {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd/"+buildVersion()))
+}

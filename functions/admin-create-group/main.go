@@ -1,0 +1,14 @@
+// Command admin-create-group is the POST /v1/admin/groups function: it creates a group with an owner and members (admin).
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("AdminCreateGroupFunction")))
+}

@@ -1,0 +1,14 @@
+// Command admin-revoke-key is the DELETE /v1/admin/agents/{id}/keys/{key_id} function: it revokes an API key (admin).
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("AdminRevokeKeyFunction")))
+}

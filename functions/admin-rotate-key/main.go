@@ -1,0 +1,14 @@
+// Command admin-rotate-key is the POST /v1/admin/agents/{id}/keys function: it issues a new API key for an agent (admin).
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("AdminRotateKeyFunction")))
+}

@@ -1,0 +1,14 @@
+// Command auth-token is the POST /v1/auth/token function: it exchanges an API key for a 1-hour JWT and the inbox key.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("AuthTokenFunction")))
+}

@@ -1,0 +1,14 @@
+// Command create-group is the POST /v1/groups function: it creates a group owned by the caller.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("CreateGroupFunction")))
+}

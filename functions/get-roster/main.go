@@ -1,0 +1,14 @@
+// Command get-roster is the GET /v1/groups/{id}/roster function: it lists a group's members with roles and presence (members only).
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("GetRosterFunction")))
+}

@@ -1,0 +1,14 @@
+// Command go-offline is the DELETE /v1/agents/me/online function: it marks the caller draining when its meshd stops.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("GoOfflineFunction")))
+}

@@ -1,0 +1,14 @@
+// Command list-groups is the GET /v1/groups function: it lists the groups the caller belongs to.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("ListGroupsFunction")))
+}

@@ -1,0 +1,14 @@
+// Command reject-friend-request is the POST /v1/friends/requests/{id}/reject function: it rejects (recipient) or withdraws (sender) a friend request.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("RejectFriendRequestFunction")))
+}

@@ -1,0 +1,250 @@
+package identity
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// Endpoints returns every HTTP route of identity, keyed by the logical ID of
+// its function in template.yaml.
+//
+// Every agent route spends one request of the caller's rate budget: write
+// routes inside their own transaction (no extra commit; a 429 rolls the write
+// back), read routes as one autocommit statement before reading. Creating
+// routes answer 201 when they create and 200 when the thing already existed.
+func Endpoints(s *Service) httpapi.Endpoints {
+	agent := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
+		return httpapi.Endpoint{Auth: httpapi.AuthAgent, Handle: h}
+	}
+	// read is agent for read-only routes: the rate limit first, autocommit.
+	read := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
+		return agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			if err := TakeRate(ctx, s.DB, r.Caller.AgentID, s.now()); err != nil {
+				return httpapi.Response{}, err
+			}
+			return h(ctx, r)
+		})
+	}
+	admin := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
+		return httpapi.Endpoint{Auth: httpapi.AuthAdmin, Handle: h}
+	}
+	return httpapi.Endpoints{
+		"AuthTokenFunction": {Auth: httpapi.AuthPublic, Handle: func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in struct {
+				APIKey string `json:"api_key"`
+			}
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			tok, err := s.IssueToken(ctx, in.APIKey)
+			return httpapi.JSON(http.StatusOK, tok), err
+		}},
+
+		"AdminCreateAgentFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in struct {
+				AgentID string `json:"agent_id"`
+				Name    string `json:"name"`
+			}
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			a, err := s.createAgent(ctx, in.AgentID, in.Name)
+			return httpapi.JSON(http.StatusCreated, a), err
+		}),
+		"AdminRotateKeyFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var opt RotateOptions
+			if err := decodeOptional(r, &opt); err != nil {
+				return httpapi.Response{}, err
+			}
+			k, err := s.RotateKey(ctx, r.Path("id"), opt)
+			return httpapi.JSON(http.StatusCreated, k), err
+		}),
+		"AdminRevokeKeyFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			k, err := s.RevokeKey(ctx, r.Path("id"), r.Path("key_id"))
+			return httpapi.JSON(http.StatusOK, k), err
+		}),
+		"AdminCreateFriendshipFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in struct {
+				A string `json:"a"`
+				B string `json:"b"`
+			}
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			f, created, err := s.AdminCreateFriendship(ctx, in.A, in.B)
+			return httpapi.JSON(createdStatus(created), f), err
+		}),
+		"AdminCreateGroupFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in AdminGroupInput
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			g, err := s.AdminCreateGroup(ctx, in)
+			return httpapi.JSON(http.StatusCreated, g), err
+		}),
+		"AdminAddGroupMemberFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in memberInput
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			m, created, err := s.AdminAddGroupMember(ctx, r.Path("id"), in.AgentID, in.Role)
+			return httpapi.JSON(createdStatus(created), m), err
+		}),
+
+		"HeartbeatFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in struct {
+				InstanceID string          `json:"instance_id"`
+				Stats      json.RawMessage `json:"stats"`
+			}
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			hb, err := s.Heartbeat(ctx, r.Caller.AgentID, in.InstanceID, in.Stats)
+			return httpapi.JSON(http.StatusOK, hb), err
+		}),
+		"GoOfflineFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			status, err := s.GoOffline(ctx, r.Caller.AgentID, r.Query("instance_id"))
+			return httpapi.JSON(http.StatusOK, map[string]string{"status": status}), err
+		}),
+		"GetMeFunction": read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			me, err := s.GetMe(ctx, r.Caller.AgentID)
+			return httpapi.JSON(http.StatusOK, me), err
+		}),
+		"GetAgentFunction": read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			p, err := s.GetAgent(ctx, r.Caller.AgentID, r.Path("id"))
+			return httpapi.JSON(http.StatusOK, p), err
+		}),
+
+		"SendFriendRequestFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in struct {
+				To string `json:"to"`
+			}
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			req, created, err := s.SendFriendRequest(ctx, r.Caller.AgentID, in.To)
+			return httpapi.JSON(createdStatus(created), req), err
+		}),
+		"ListFriendRequestsFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			incoming, outgoing := true, true
+			switch r.Query("direction") {
+			case "", "all":
+			case "incoming":
+				outgoing = false
+			case "outgoing":
+				incoming = false
+			default:
+				return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "direction must be incoming, outgoing or all")
+			}
+			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+				reqs, err := s.ListFriendRequests(ctx, r.Caller.AgentID, incoming, outgoing)
+				return httpapi.JSON(http.StatusOK, reqs), err
+			}).Handle(ctx, r)
+		}),
+		"AcceptFriendRequestFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			req, err := s.AcceptFriendRequest(ctx, r.Caller.AgentID, r.Path("id"))
+			return httpapi.JSON(http.StatusOK, req), err
+		}),
+		"RejectFriendRequestFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			req, err := s.RejectFriendRequest(ctx, r.Caller.AgentID, r.Path("id"))
+			return httpapi.JSON(http.StatusOK, req), err
+		}),
+		"ListFriendsFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			p, err := parsePage(r.Query("after"), r.Query("limit"))
+			if err != nil {
+				return httpapi.Response{}, err
+			}
+			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+				friends, next, err := s.ListFriends(ctx, r.Caller.AgentID, p)
+				return httpapi.JSON(http.StatusOK, listPage("friends", friends, next)), err
+			}).Handle(ctx, r)
+		}),
+		"RemoveFriendFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			return noContent(s.RemoveFriend(ctx, r.Caller.AgentID, r.Path("id")))
+		}),
+
+		"CreateGroupFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in struct {
+				Name string `json:"name"`
+			}
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			g, err := s.CreateGroup(ctx, r.Caller.AgentID, in.Name)
+			return httpapi.JSON(http.StatusCreated, g), err
+		}),
+		"ListGroupsFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			p, err := parsePage(r.Query("after"), r.Query("limit"))
+			if err != nil {
+				return httpapi.Response{}, err
+			}
+			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+				groups, next, err := s.ListGroups(ctx, r.Caller.AgentID, p)
+				return httpapi.JSON(http.StatusOK, listPage("groups", groups, next)), err
+			}).Handle(ctx, r)
+		}),
+		"GetRosterFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			p, err := parsePage(r.Query("after"), r.Query("limit"))
+			if err != nil {
+				return httpapi.Response{}, err
+			}
+			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+				roster, err := s.GetRoster(ctx, r.Caller.AgentID, r.Path("id"), p)
+				return httpapi.JSON(http.StatusOK, roster), err
+			}).Handle(ctx, r)
+		}),
+		"AddGroupMemberFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in memberInput
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			m, created, err := s.AddGroupMember(ctx, r.Caller.AgentID, r.Path("id"), in.AgentID, in.Role)
+			return httpapi.JSON(createdStatus(created), m), err
+		}),
+		"RemoveGroupMemberFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			return noContent(s.RemoveGroupMember(ctx, r.Caller.AgentID, r.Path("id"), r.Path("agent")))
+		}),
+	}
+}
+
+type memberInput struct {
+	AgentID string `json:"agent_id"`
+	// Role is member (default) or admin.
+	Role string `json:"role"`
+}
+
+// listPage is a list answer: {"<name>": [...], "next_after": "..."}, with
+// next_after only when more items follow.
+func listPage(name string, items any, next string) map[string]any {
+	out := map[string]any{name: items}
+	if next != "" {
+		out["next_after"] = next
+	}
+	return out
+}
+
+func createdStatus(created bool) int {
+	if created {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+func noContent(err error) (httpapi.Response, error) {
+	return httpapi.Response{Status: http.StatusNoContent}, err
+}
+
+// decodeOptional decodes an optional JSON body: an empty body keeps v's zero
+// value; anything else must be valid, strict JSON.
+func decodeOptional(r *httpapi.Request, v any) error {
+	for _, c := range r.Body() {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return r.Decode(v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,441 @@
+package identity
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// CanCommunicate reports whether from may send to to: they are friends or
+// share a group. An agent is neither its own friend nor its own group mate,
+// so from == to is false. q may be a transaction, so the check and the write
+// see the same snapshot.
+func CanCommunicate(ctx context.Context, q Querier, from, to string) (bool, error) {
+	if from == to {
+		return false, nil
+	}
+	var ok bool
+	err := q.QueryRowContext(ctx, `SELECT
+  EXISTS (SELECT 1 FROM friendships WHERE agent_id = ? AND friend_id = ?)
+  OR EXISTS (SELECT 1 FROM group_members a JOIN group_members b ON b.group_id = a.group_id
+     WHERE a.agent_id = ? AND b.agent_id = ?)`, from, to, from, to).Scan(&ok)
+	return ok, err
+}
+
+// Friend is one entry of a friends list, with the friend's presence.
+type Friend struct {
+	Presence
+	Since time.Time `json:"since"`
+}
+
+// Presence is the public profile and presence of an agent.
+type Presence struct {
+	AgentID string `json:"agent_id"`
+	Name    string `json:"name"`
+	// Status is active, draining or inactive.
+	Status          string     `json:"status"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
+}
+
+// FriendRequest is a friend request and its outcome.
+type FriendRequest struct {
+	RequestID string `json:"request_id"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	// Status is pending, accepted, rejected (by the recipient) or withdrawn
+	// (by the sender).
+	Status    string     `json:"status"`
+	CreatedAt time.Time  `json:"created_at"`
+	DecidedAt *time.Time `json:"decided_at"`
+}
+
+// Friend request states.
+const (
+	RequestPending   = "pending"
+	RequestAccepted  = "accepted"
+	RequestRejected  = "rejected"
+	RequestWithdrawn = "withdrawn"
+)
+
+var (
+	errAgentNotFound   = mesh.Errorf(mesh.KindNotFound, "agent_not_found", "no such agent")
+	errRequestNotFound = mesh.Errorf(mesh.KindNotFound, "request_not_found", "no such friend request")
+	errNotFriends      = mesh.Errorf(mesh.KindNotFound, "not_friends", "you are not friends with that agent")
+)
+
+// lockPair locks the agents rows of a and b in key order (the one lock order
+// of every friendship change, so concurrent requests between the same two
+// agents serialise instead of crossing) and reports which exist.
+func lockPair(ctx context.Context, tx *sql.Tx, a, b string) (map[string]bool, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT agent_id FROM agents WHERE agent_id IN (?, ?) ORDER BY agent_id FOR UPDATE", a, b)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		found[id] = true
+	}
+	return found, rows.Err()
+}
+
+func areFriends(ctx context.Context, q Querier, a, b string) (bool, error) {
+	var ok bool
+	err := q.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM friendships WHERE agent_id = ? AND friend_id = ?)", a, b).Scan(&ok)
+	return ok, err
+}
+
+// befriend stores the friendship in both directions and settles every
+// pending request between the two as accepted. The caller holds lockPair.
+func befriend(ctx context.Context, tx *sql.Tx, a, b string, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO friendships (agent_id, friend_id, created_at) VALUES (?, ?, ?), (?, ?, ?)
+ON DUPLICATE KEY UPDATE created_at = created_at`, a, b, now, b, a, now); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE friend_requests SET status = 'accepted', decided_at = ?
+WHERE status = 'pending' AND ((from_agent = ? AND to_agent = ?) OR (from_agent = ? AND to_agent = ?))`, now, a, b, b, a)
+	return err
+}
+
+// SendFriendRequest asks to befriend to. A pending request in the same
+// direction is returned as is (created = false: sending twice is harmless);
+// a pending request the other way round means both want it, so the two
+// become friends at once and the new request is recorded as accepted.
+func (s *Service) SendFriendRequest(ctx context.Context, from, to string) (req FriendRequest, created bool, err error) {
+	if !mesh.ValidAgentID(to) {
+		return req, false, errInvalidAgentID("to")
+	}
+	if to == from {
+		return req, false, mesh.Errorf(mesh.KindUnprocessable, "self_request", "an agent cannot befriend itself")
+	}
+	now := s.now()
+	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		created = false
+		if err := TakeRate(ctx, tx, from, now); err != nil {
+			return err
+		}
+		found, err := lockPair(ctx, tx, from, to)
+		if err != nil {
+			return err
+		}
+		if !found[to] {
+			return errAgentNotFound
+		}
+		if ok, err := areFriends(ctx, tx, from, to); err != nil || ok {
+			if err == nil {
+				err = mesh.Errorf(mesh.KindConflict, "already_friends", "you are already friends with %q", to)
+			}
+			return err
+		}
+		var id int64
+		err = tx.QueryRowContext(ctx, `SELECT request_id, created_at FROM friend_requests
+WHERE from_agent = ? AND status = 'pending' AND to_agent = ? ORDER BY request_id LIMIT 1`, from, to).Scan(&id, &req.CreatedAt)
+		if err == nil {
+			req = FriendRequest{RequestID: strconv.FormatInt(id, 10), From: from, To: to, Status: RequestPending, CreatedAt: req.CreatedAt}
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		var reverse bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM friend_requests
+WHERE from_agent = ? AND status = 'pending' AND to_agent = ?)`, to, from).Scan(&reverse); err != nil {
+			return err
+		}
+		req = FriendRequest{From: from, To: to, Status: RequestPending, CreatedAt: now}
+		var decided any
+		if reverse {
+			if err := befriend(ctx, tx, from, to, now); err != nil {
+				return err
+			}
+			req.Status, req.DecidedAt, decided = RequestAccepted, &now, now
+		}
+		res, err := tx.ExecContext(ctx, "INSERT INTO friend_requests (from_agent, to_agent, status, created_at, decided_at) VALUES (?, ?, ?, ?, ?)",
+			from, to, req.Status, now, decided)
+		if err != nil {
+			return err
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		req.RequestID, created = strconv.FormatInt(id, 10), true
+		return nil
+	})
+	return req, created, err
+}
+
+// FriendRequests are the caller's pending requests, oldest first.
+type FriendRequests struct {
+	Incoming []FriendRequest `json:"incoming"`
+	Outgoing []FriendRequest `json:"outgoing"`
+}
+
+// MaxListedRequests caps each direction of the pending-requests list.
+const MaxListedRequests = 500
+
+// ListFriendRequests returns pending requests to and from agentID.
+func (s *Service) ListFriendRequests(ctx context.Context, agentID string, incoming, outgoing bool) (FriendRequests, error) {
+	out := FriendRequests{Incoming: []FriendRequest{}, Outgoing: []FriendRequest{}}
+	var err error
+	if incoming {
+		if out.Incoming, err = s.pendingRequests(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
+FROM friend_requests WHERE to_agent = ? AND status = 'pending' ORDER BY request_id LIMIT ?`, agentID); err != nil {
+			return out, err
+		}
+	}
+	if outgoing {
+		if out.Outgoing, err = s.pendingRequests(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
+FROM friend_requests WHERE from_agent = ? AND status = 'pending' ORDER BY request_id LIMIT ?`, agentID); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) pendingRequests(ctx context.Context, query, agentID string) ([]FriendRequest, error) {
+	rows, err := s.DB.QueryContext(ctx, query, agentID, MaxListedRequests)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	list := []FriendRequest{}
+	for rows.Next() {
+		r, err := scanRequest(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, r)
+	}
+	return list, rows.Err()
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRequest(row scanner) (FriendRequest, error) {
+	var r FriendRequest
+	var id int64
+	var decided sql.NullTime
+	if err := row.Scan(&id, &r.From, &r.To, &r.Status, &r.CreatedAt, &decided); err != nil {
+		return r, err
+	}
+	r.RequestID = strconv.FormatInt(id, 10)
+	if decided.Valid {
+		r.DecidedAt = &decided.Time
+	}
+	return r, nil
+}
+
+// parseRequestID turns a path id into a request id; anything else is a 404.
+func parseRequestID(id string) (int64, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != id {
+		return 0, errRequestNotFound
+	}
+	return n, nil
+}
+
+// AcceptFriendRequest lets the recipient accept a request. Accepting an
+// accepted request answers the same again; a rejected or withdrawn one is a
+// 409. Only the two parties learn that a request exists: anyone else gets 404.
+func (s *Service) AcceptFriendRequest(ctx context.Context, caller, requestID string) (FriendRequest, error) {
+	id, err := parseRequestID(requestID)
+	if err != nil {
+		return FriendRequest{}, err
+	}
+	now := s.now()
+	var req FriendRequest
+	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if err := TakeRate(ctx, tx, caller, now); err != nil {
+			return err
+		}
+		// Read the pair first (no lock) so the agents rows are locked before
+		// the request row, the order SendFriendRequest uses.
+		var from, to string
+		err := tx.QueryRowContext(ctx, "SELECT from_agent, to_agent FROM friend_requests WHERE request_id = ?", id).Scan(&from, &to)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && caller != from && caller != to {
+			return errRequestNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if caller == from {
+			return mesh.Errorf(mesh.KindForbidden, "cannot_accept_own_request", "only the recipient can accept a friend request")
+		}
+		if _, err := lockPair(ctx, tx, from, to); err != nil {
+			return err
+		}
+		if req, err = scanRequest(tx.QueryRowContext(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
+FROM friend_requests WHERE request_id = ? FOR UPDATE`, id)); err != nil {
+			return err
+		}
+		switch req.Status {
+		case RequestAccepted:
+			return nil
+		case RequestPending:
+		default:
+			return mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
+		}
+		if err := befriend(ctx, tx, from, to, now); err != nil {
+			return err
+		}
+		req.Status, req.DecidedAt = RequestAccepted, &now
+		return nil
+	})
+	return req, err
+}
+
+// RejectFriendRequest lets the recipient reject a request, or the sender
+// withdraw it. Repeating the same decision answers the same again; any other
+// settled state is a 409.
+func (s *Service) RejectFriendRequest(ctx context.Context, caller, requestID string) (FriendRequest, error) {
+	id, err := parseRequestID(requestID)
+	if err != nil {
+		return FriendRequest{}, err
+	}
+	now := s.now()
+	var req FriendRequest
+	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if err := TakeRate(ctx, tx, caller, now); err != nil {
+			return err
+		}
+		req, err = scanRequest(tx.QueryRowContext(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
+FROM friend_requests WHERE request_id = ? FOR UPDATE`, id))
+		if errors.Is(err, sql.ErrNoRows) || err == nil && caller != req.From && caller != req.To {
+			return errRequestNotFound
+		}
+		if err != nil {
+			return err
+		}
+		want := RequestRejected
+		if caller == req.From {
+			want = RequestWithdrawn
+		}
+		switch req.Status {
+		case want:
+			return nil
+		case RequestPending:
+		default:
+			return mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE friend_requests SET status = ?, decided_at = ? WHERE request_id = ?", want, now, id); err != nil {
+			return err
+		}
+		req.Status, req.DecidedAt = want, &now
+		return nil
+	})
+	return req, err
+}
+
+// ListFriends returns a page of agentID's friends with their presence,
+// ordered by agent id.
+func (s *Service) ListFriends(ctx context.Context, agentID string, p Page) ([]Friend, string, error) {
+	rows, err := s.DB.QueryContext(ctx, `SELECT a.agent_id, a.name, a.status, a.last_heartbeat_at, f.created_at
+FROM friendships f JOIN agents a ON a.agent_id = f.friend_id
+WHERE f.agent_id = ? AND f.friend_id > ? ORDER BY f.friend_id LIMIT ?`, agentID, p.After, p.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	list := []Friend{}
+	for rows.Next() {
+		var f Friend
+		var hb sql.NullTime
+		if err := rows.Scan(&f.AgentID, &f.Name, &f.Status, &hb, &f.Since); err != nil {
+			return nil, "", err
+		}
+		f.LastHeartbeatAt = timePtr(hb)
+		list = append(list, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(list) > p.Limit {
+		list = list[:p.Limit]
+		next = list[len(list)-1].AgentID
+	}
+	return list, next, nil
+}
+
+// RemoveFriend ends the friendship of a and b (both directions).
+func (s *Service) RemoveFriend(ctx context.Context, a, b string) error {
+	if !mesh.ValidAgentID(b) || a == b {
+		return errNotFriends
+	}
+	now := s.now()
+	return s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if err := TakeRate(ctx, tx, a, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM friendships WHERE (agent_id = ? AND friend_id = ?) OR (agent_id = ? AND friend_id = ?)", a, b, b, a)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = errNotFriends
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// AdminFriendship is the answer to the admin friendship route.
+type AdminFriendship struct {
+	A     string    `json:"a"`
+	B     string    `json:"b"`
+	Since time.Time `json:"since"`
+}
+
+// AdminCreateFriendship makes a and b friends without a request (operator
+// bootstrap). created is false when they already were.
+func (s *Service) AdminCreateFriendship(ctx context.Context, a, b string) (f AdminFriendship, created bool, err error) {
+	if !mesh.ValidAgentID(a) {
+		return f, false, errInvalidAgentID("a")
+	}
+	if !mesh.ValidAgentID(b) {
+		return f, false, errInvalidAgentID("b")
+	}
+	if a == b {
+		return f, false, mesh.Errorf(mesh.KindUnprocessable, "self_friendship", "a and b must be different agents")
+	}
+	now := s.now()
+	f = AdminFriendship{A: a, B: b}
+	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		found, err := lockPair(ctx, tx, a, b)
+		if err != nil {
+			return err
+		}
+		if !found[a] || !found[b] {
+			return errAgentNotFound
+		}
+		err = tx.QueryRowContext(ctx, "SELECT created_at FROM friendships WHERE agent_id = ? AND friend_id = ?", a, b).Scan(&f.Since)
+		if err == nil {
+			created = false
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		f.Since, created = now, true
+		return befriend(ctx, tx, a, b, now)
+	})
+	return f, created, err
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.Time
+	return &v
+}

@@ -1,0 +1,230 @@
+package identity
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+)
+
+// API keys look like "amk_<key_id>_<secret>": a 12-character key id (9 random
+// bytes) that finds the row, and a 43-character secret (32 random bytes), both
+// unpadded base64url. Only SHA-256 of the secret is stored (the secret has 256
+// bits of entropy, so a slow hash would add nothing), and the comparison is
+// constant-time. The key id may itself contain '_', so the key is split by
+// position, not by separator.
+const (
+	apiKeyPrefix    = "amk_"
+	apiKeyIDLen     = 12
+	apiKeySecretLen = 43
+)
+
+// NewAPIKey mints a key id, the full key to show once, and the stored hash.
+func NewAPIKey() (keyID, key string, hash []byte) {
+	idb := make([]byte, 9)
+	sec := make([]byte, 32)
+	_, _ = rand.Read(idb)
+	_, _ = rand.Read(sec)
+	keyID = base64.RawURLEncoding.EncodeToString(idb)
+	secret := base64.RawURLEncoding.EncodeToString(sec)
+	h := sha256.Sum256([]byte(secret))
+	return keyID, apiKeyPrefix + keyID + "_" + secret, h[:]
+}
+
+// parseAPIKey splits a key into id and secret hash; ok is false if malformed.
+func parseAPIKey(key string) (keyID string, hash []byte, ok bool) {
+	rest, found := strings.CutPrefix(key, apiKeyPrefix)
+	if !found || len(rest) != apiKeyIDLen+1+apiKeySecretLen || rest[apiKeyIDLen] != '_' {
+		return "", nil, false
+	}
+	keyID, secret := rest[:apiKeyIDLen], rest[apiKeyIDLen+1:]
+	if !isBase64URL(keyID) || !isBase64URL(secret) {
+		return "", nil, false
+	}
+	h := sha256.Sum256([]byte(secret))
+	return keyID, h[:], true
+}
+
+func isBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// validKeyID reports whether id has the shape of a key id (path parameter).
+func validKeyID(id string) bool { return len(id) == apiKeyIDLen && isBase64URL(id) }
+
+// NewAgent is the answer to creating an agent: its first API key, shown once.
+type NewAgent struct {
+	AgentID   string    `json:"agent_id"`
+	Name      string    `json:"name"`
+	KeyID     string    `json:"key_id"`
+	APIKey    string    `json:"api_key"`
+	KeyEpoch  int       `json:"key_epoch"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateAgent registers an agent and returns its first API key (shown once).
+// The agent's counter and rate-limit rows are created with it, so writers
+// only ever UPDATE them (locks on existing rows, in a fixed order).
+func (s *Service) CreateAgent(ctx context.Context, agentID, name string) (keyID, apiKey string, err error) {
+	a, err := s.createAgent(ctx, agentID, name)
+	return a.KeyID, a.APIKey, err
+}
+
+func (s *Service) createAgent(ctx context.Context, agentID, name string) (NewAgent, error) {
+	if !mesh.ValidAgentID(agentID) {
+		return NewAgent{}, errInvalidAgentID("agent_id")
+	}
+	if name == "" {
+		name = agentID
+	}
+	if err := validName(name); err != nil {
+		return NewAgent{}, err
+	}
+	keyID, apiKey, hash := NewAPIKey()
+	now := s.now()
+	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO agents (agent_id, name, status, created_at) VALUES (?, ?, 'inactive', ?)", agentID, name, now); err != nil {
+			if mysql.IsDuplicate(err) {
+				return mesh.Errorf(mesh.KindConflict, "agent_exists", "agent %q already exists", agentID)
+			}
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO api_keys (key_id, agent_id, secret_hash, created_at) VALUES (?, ?, ?, ?)", keyID, agentID, hash, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", agentID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO rate_limits (agent_id, tat_us) VALUES (?, 0)", agentID)
+		return err
+	})
+	if err != nil {
+		return NewAgent{}, err
+	}
+	return NewAgent{AgentID: agentID, Name: name, KeyID: keyID, APIKey: apiKey, KeyEpoch: 1, CreatedAt: now}, nil
+}
+
+// RotateOptions are the optional parts of a key rotation.
+type RotateOptions struct {
+	// RevokeExisting revokes every other live key of the agent in the same
+	// transaction (rotation after a leak); otherwise old keys stay valid until
+	// revoked one by one (rotation without downtime).
+	RevokeExisting bool `json:"revoke_existing"`
+	// RotateInboxKey bumps agents.key_epoch: events written from now on are
+	// sealed under a new inbox key, which meshd receives with its next token.
+	// Events already written keep the epoch they were sealed for (still
+	// readable through GET /v1/inbox, which opens them server-side).
+	RotateInboxKey bool `json:"rotate_inbox_key"`
+}
+
+// RotatedKey is the answer to a rotation: the new key, shown once.
+type RotatedKey struct {
+	AgentID       string    `json:"agent_id"`
+	KeyID         string    `json:"key_id"`
+	APIKey        string    `json:"api_key"`
+	CreatedAt     time.Time `json:"created_at"`
+	RevokedKeyIDs []string  `json:"revoked_key_ids"`
+	KeyEpoch      int       `json:"key_epoch"`
+}
+
+// RotateKey issues a new API key for agentID.
+func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptions) (RotatedKey, error) {
+	if !mesh.ValidAgentID(agentID) {
+		return RotatedKey{}, errAgentNotFound
+	}
+	keyID, apiKey, hash := NewAPIKey()
+	now := s.now()
+	out := RotatedKey{AgentID: agentID, KeyID: keyID, APIKey: apiKey, CreatedAt: now}
+	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		out.RevokedKeyIDs = []string{}
+		// Locking the agent row serialises rotations of one agent.
+		err := tx.QueryRowContext(ctx, "SELECT key_epoch FROM agents WHERE agent_id = ? FOR UPDATE", agentID).Scan(&out.KeyEpoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errAgentNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if opt.RevokeExisting {
+			rows, err := tx.QueryContext(ctx, "SELECT key_id FROM api_keys WHERE agent_id = ? AND revoked_at IS NULL ORDER BY key_id FOR UPDATE", agentID)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				out.RevokedKeyIDs = append(out.RevokedKeyIDs, id)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE agent_id = ? AND revoked_at IS NULL", now, agentID); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO api_keys (key_id, agent_id, secret_hash, created_at) VALUES (?, ?, ?, ?)", keyID, agentID, hash, now); err != nil {
+			return err
+		}
+		if opt.RotateInboxKey {
+			if _, err := tx.ExecContext(ctx, "UPDATE agents SET key_epoch = key_epoch + 1 WHERE agent_id = ?", agentID); err != nil {
+				return err
+			}
+			out.KeyEpoch++
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RevokedKey is the answer to a revocation.
+type RevokedKey struct {
+	AgentID   string    `json:"agent_id"`
+	KeyID     string    `json:"key_id"`
+	RevokedAt time.Time `json:"revoked_at"`
+}
+
+// RevokeKey revokes one key of agentID. Tokens minted from it stop working at
+// once (AuthenticateAgent checks the key on every request). Revoking a
+// revoked key is a no-op that reports the original time.
+func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (RevokedKey, error) {
+	notFound := mesh.Errorf(mesh.KindNotFound, "key_not_found", "agent has no key with that id")
+	if !mesh.ValidAgentID(agentID) || !validKeyID(keyID) {
+		return RevokedKey{}, notFound
+	}
+	out := RevokedKey{AgentID: agentID, KeyID: keyID}
+	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		var revoked sql.NullTime
+		err := tx.QueryRowContext(ctx, "SELECT revoked_at FROM api_keys WHERE key_id = ? AND agent_id = ? FOR UPDATE", keyID, agentID).Scan(&revoked)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound
+		}
+		if err != nil {
+			return err
+		}
+		if revoked.Valid {
+			out.RevokedAt = revoked.Time
+			return nil
+		}
+		out.RevokedAt = s.now()
+		_, err = tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", out.RevokedAt, keyID)
+		return err
+	})
+	return out, err
+}

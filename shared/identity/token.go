@@ -1,0 +1,143 @@
+package identity
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// TokenResponse is the body of POST /v1/auth/token.
+type TokenResponse struct {
+	Token     string    `json:"token"`
+	TokenType string    `json:"token_type"`
+	ExpiresIn int       `json:"expires_in"`
+	AgentID   string    `json:"agent_id"`
+	InboxKey  string    `json:"inbox_key"`
+	KeyEpoch  int       `json:"key_epoch"`
+	Kafka     KafkaInfo `json:"kafka"`
+}
+
+var errBadKey = mesh.Errorf(mesh.KindUnauthorized, "invalid_api_key", "the API key is unknown, revoked or malformed")
+
+// IssueToken exchanges an API key for a JWT and the agent's inbox key. The
+// exchange spends one request of the agent's rate budget, so a leaked key
+// cannot be used to hammer the database through this public route either.
+func (s *Service) IssueToken(ctx context.Context, apiKey string) (TokenResponse, error) {
+	keyID, hash, ok := parseAPIKey(apiKey)
+	if !ok {
+		return TokenResponse{}, errBadKey
+	}
+	var agentID string
+	var stored []byte
+	var revoked sql.NullTime
+	var epoch int
+	err := s.DB.QueryRowContext(ctx, `SELECT k.agent_id, k.secret_hash, k.revoked_at, a.key_epoch
+FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, keyID).Scan(&agentID, &stored, &revoked, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return TokenResponse{}, errBadKey
+	}
+	if err != nil {
+		return TokenResponse{}, err
+	}
+	if subtle.ConstantTimeCompare(stored, hash) != 1 || revoked.Valid {
+		return TokenResponse{}, errBadKey
+	}
+	if err := TakeRate(ctx, s.DB, agentID, s.now()); err != nil {
+		return TokenResponse{}, err
+	}
+	tok, err := s.sign(agentID, keyID)
+	if err != nil {
+		return TokenResponse{}, err
+	}
+	return TokenResponse{
+		Token: tok, TokenType: "Bearer", ExpiresIn: int(s.TokenTTL.Seconds()), AgentID: agentID,
+		InboxKey: base64.StdEncoding.EncodeToString(s.Sealer.AgentKey(agentID, epoch)), KeyEpoch: epoch,
+		Kafka: s.Kafka,
+	}, nil
+}
+
+// claims are the JWT claims: sub = agent id, akid = the API key it came from.
+type claims struct {
+	KeyID string `json:"akid"`
+	jwt.RegisteredClaims
+}
+
+const tokenIssuer = "agentmesh"
+
+// sign mints a token with the first configured key; every configured key
+// verifies, so a new key can be put first while tokens signed by the old one
+// stay valid until they expire.
+func (s *Service) sign(agentID, keyID string) (string, error) {
+	if len(s.JWTKeys) == 0 {
+		return "", errors.New("identity: no JWT signing key configured")
+	}
+	now := s.now()
+	k := s.JWTKeys[0]
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{KeyID: keyID, RegisteredClaims: jwt.RegisteredClaims{
+		Subject: agentID, Issuer: tokenIssuer, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.TokenTTL)),
+	}})
+	t.Header["kid"] = k.ID
+	return t.SignedString(k.Secret)
+}
+
+var errBadToken = mesh.Errorf(mesh.KindUnauthorized, "invalid_token", "the token is expired, malformed or not signed by this mesh")
+
+// AuthenticateAgent verifies an HS256 JWT (kid selects the key; alg=none and
+// other algorithms are refused) and that its API key is still live.
+func (s *Service) AuthenticateAgent(ctx context.Context, token string) (httpapi.Caller, error) {
+	c, err := s.verifyToken(token)
+	if err != nil {
+		return httpapi.Caller{}, err
+	}
+	// A revoked key invalidates its tokens at once, not at expiry.
+	var live int
+	err = s.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM api_keys WHERE key_id = ? AND agent_id = ? AND revoked_at IS NULL", c.KeyID, c.Subject).Scan(&live)
+	if err != nil {
+		return httpapi.Caller{}, err
+	}
+	if live != 1 {
+		return httpapi.Caller{}, mesh.Errorf(mesh.KindUnauthorized, "key_revoked", "the API key behind this token was revoked")
+	}
+	return httpapi.Caller{AgentID: c.Subject, KeyID: c.KeyID}, nil
+}
+
+// AuthenticateAdmin compares the admin key in constant time.
+func (s *Service) AuthenticateAdmin(_ context.Context, key string) error {
+	// Hash both sides so the comparison time does not depend on lengths.
+	a := sha256.Sum256([]byte(key))
+	b := sha256.Sum256([]byte(s.AdminKey))
+	if s.AdminKey == "" || subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+		return mesh.Errorf(mesh.KindUnauthorized, "invalid_admin_key", "admin routes need the admin key")
+	}
+	return nil
+}
+
+// verifyToken checks a token's signature, algorithm, kid, issuer and expiry
+// (everything but the key's liveness, which needs the database).
+func (s *Service) verifyToken(token string) (claims, error) {
+	var c claims
+	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		kid, _ := t.Header["kid"].(string)
+		for _, k := range s.JWTKeys {
+			if subtle.ConstantTimeCompare([]byte(k.ID), []byte(kid)) == 1 {
+				return k.Secret, nil
+			}
+		}
+		return nil, fmt.Errorf("unknown kid")
+	}, jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(tokenIssuer), jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(func() time.Time { return s.now() }))
+	if err != nil || !mesh.ValidAgentID(c.Subject) || !validKeyID(c.KeyID) {
+		return claims{}, errBadToken
+	}
+	return c, nil
+}

@@ -1,0 +1,53 @@
+package identity
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+func errInvalidAgentID(field string) error {
+	return mesh.Errorf(mesh.KindUnprocessable, "invalid_agent_id", "%s must be an agent id matching %s", field, mesh.AgentIDPattern)
+}
+
+// MaxNameLength bounds agent and group display names (characters).
+const MaxNameLength = 200
+
+func validName(name string) error {
+	if name == "" || !utf8.ValidString(name) || utf8.RuneCountInString(name) > MaxNameLength {
+		return mesh.Errorf(mesh.KindUnprocessable, "invalid_name", "name must be 1-%d characters", MaxNameLength)
+	}
+	return nil
+}
+
+// Page selects one page of a list ordered by id: the items after After
+// (exclusive; "" = from the start), at most Limit of them. A list answers
+// next_after when more items follow.
+type Page struct {
+	After string
+	Limit int
+}
+
+// Page sizes of list routes.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// parsePage reads ?after= and ?limit=. after must be an id (the lists are
+// ordered by agent or group id, which share one pattern).
+func parsePage(after, limit string) (Page, error) {
+	p := Page{After: after, Limit: DefaultPageSize}
+	if after != "" && !mesh.ValidAgentID(after) {
+		return p, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "after must be an id from next_after")
+	}
+	if limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > MaxPageSize {
+			return p, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "limit must be an integer from 1 to %d", MaxPageSize)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}

@@ -1,0 +1,66 @@
+package localstack
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+// Deps are the long-lived clients the scheduled jobs need beyond app.Env.
+type Deps struct {
+	// Dispatcher drains the outbox into Kafka (DispatcherFunction).
+	Dispatcher *outbox.Dispatcher
+}
+
+// DispatcherBudget is how long one scheduled dispatcher run keeps draining;
+// the same value functions/dispatcher uses.
+const DispatcherBudget = 50 * time.Second
+
+// NewRegistry is the one place that says which handler and which job the
+// local stack runs for each function of template.yaml. It collects the same
+// exported maps the Lambda binaries pick their handler from, so the local
+// stack and AWS run identical code; TestRegistryMatchesTemplate keeps it equal
+// to the template.
+func NewRegistry(env *app.Env, deps Deps) (Registry, error) {
+	reg := Registry{HTTP: map[string]httpapi.LambdaHandler{}, Jobs: app.Jobs{}}
+	var dup []string
+	addHTTP := func(eps httpapi.Endpoints) {
+		for id, ep := range eps {
+			if _, ok := reg.HTTP[id]; ok {
+				dup = append(dup, id)
+			}
+			reg.HTTP[id] = env.HTTP(ep)
+		}
+	}
+	addJob := func(id string, job app.Job) {
+		if _, ok := reg.Jobs[id]; ok {
+			dup = append(dup, id)
+		}
+		reg.Jobs[id] = job
+	}
+
+	ts := tasks.New(env)
+	addHTTP(env.Endpoints())
+	addHTTP(identity.Endpoints(env.Identity))
+	addHTTP(tasks.Endpoints(ts))
+
+	addJob("PresenceScannerFunction", env.Identity.ScanPresence)
+	for id, job := range tasks.Jobs(ts) {
+		addJob(id, job)
+	}
+	if d := deps.Dispatcher; d != nil {
+		// functions/dispatcher runs the same call.
+		addJob("DispatcherFunction", func(ctx context.Context) error { return d.Run(ctx, DispatcherBudget) })
+	}
+
+	if len(dup) > 0 {
+		return Registry{}, fmt.Errorf("localstack: functions registered twice: %v", dup)
+	}
+	return reg, nil
+}

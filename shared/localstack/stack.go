@@ -1,0 +1,219 @@
+package localstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+)
+
+// Registry is what the local stack runs for each function of the template:
+// the HTTP handler of every function with HttpApi events and the job of
+// every function with Schedule events, keyed by logical ID.
+type Registry struct {
+	HTTP map[string]httpapi.LambdaHandler
+	Jobs app.Jobs
+}
+
+// Replaced lists the template functions the local stack does not run,
+// with what it does instead.
+var Replaced = map[string]string{
+	"MigrateFunction": "meshlocal applies the embedded migrations itself before serving",
+}
+
+// Check reports, naming every function concerned, where reg and the template
+// disagree: a function with routes but no handler, a function with schedules
+// but no job, or a handler or job for a function that has no such events.
+func (t *Template) Check(reg Registry) error {
+	wantHTTP, wantJobs := map[string]bool{}, map[string]bool{}
+	var problems []string
+	for _, f := range t.Functions {
+		if _, ok := Replaced[f.LogicalID]; ok {
+			continue
+		}
+		if len(f.Routes) > 0 {
+			wantHTTP[f.LogicalID] = true
+		}
+		if len(f.Schedules) > 0 {
+			wantJobs[f.LogicalID] = true
+		}
+		if len(f.Routes) == 0 && len(f.Schedules) == 0 {
+			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event, so the local stack cannot run it", f.LogicalID))
+		}
+	}
+	var missingHTTP, extraHTTP, missingJobs, extraJobs []string
+	for id := range wantHTTP {
+		if reg.HTTP[id] == nil {
+			missingHTTP = append(missingHTTP, id)
+		}
+	}
+	for id := range reg.HTTP {
+		if !wantHTTP[id] {
+			extraHTTP = append(extraHTTP, id)
+		}
+	}
+	for id := range wantJobs {
+		if reg.Jobs[id] == nil {
+			missingJobs = append(missingJobs, id)
+		}
+	}
+	for id := range reg.Jobs {
+		if !wantJobs[id] {
+			extraJobs = append(extraJobs, id)
+		}
+	}
+	add := func(ids []string, what string) {
+		if len(ids) > 0 {
+			sort.Strings(ids)
+			problems = append(problems, what+": "+strings.Join(ids, ", "))
+		}
+	}
+	add(missingHTTP, "no HTTP handler registered for")
+	add(extraHTTP, "HTTP handler registered for a function without HttpApi events in template.yaml")
+	add(missingJobs, "no scheduled job registered for")
+	add(extraJobs, "scheduled job registered for a function without Schedule events in template.yaml")
+	if len(problems) > 0 {
+		return fmt.Errorf("the local registry does not match template.yaml: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Stack serves a template's routes and fires its schedules.
+type Stack struct {
+	Template *Template
+	Registry Registry
+	Log      *slog.Logger
+	// Partial starts even when handlers are missing: their routes answer 501
+	// and their schedules do not fire. For work in progress only.
+	Partial bool
+	// OnScheduledRun, if set, is told about every scheduled run.
+	OnScheduledRun func(function string, took time.Duration, err error)
+}
+
+// Serve serves HTTP on ln and runs the schedules until ctx is done, then shuts
+// down gracefully: no new connections, in-flight requests get a few seconds
+// to finish, and it returns only after every scheduled run has returned.
+func (s *Stack) Serve(ctx context.Context, ln net.Listener) error {
+	log := s.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := s.Template.Check(s.Registry); err != nil {
+		if !s.Partial {
+			ln.Close()
+			return err
+		}
+		log.Warn("starting a partial local stack", "err", err)
+	}
+	srv, err := NewServer(s.Template, s.Registry.HTTP, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// Requests run under baseCtx, which is cancelled only when a graceful
+	// shutdown takes too long (long polls of GET /v1/inbox wait up to 20 s).
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	schedCtx, stopSchedules := context.WithCancel(ctx)
+	defer stopSchedules()
+	var wg sync.WaitGroup
+	for _, f := range s.Template.Functions {
+		job := s.Registry.Jobs[f.LogicalID]
+		if job == nil {
+			continue
+		}
+		for _, sch := range f.Schedules {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.runSchedule(schedCtx, log, f, sch, job)
+			}()
+		}
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err = <-served:
+		// The listener failed on its own; stop the schedules too.
+	case <-ctx.Done():
+		shCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err = hs.Shutdown(shCtx)
+		cancel()
+		if err != nil {
+			cancelBase()
+			shCtx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			if err = hs.Shutdown(shCtx); err != nil {
+				_ = hs.Close()
+			}
+			cancel()
+		}
+		<-served
+		err = nil
+	}
+	stopSchedules()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// runSchedule fires job once now and then every sch.Every, like an
+// EventBridge rule. Runs of one schedule never overlap: a run that outlasts
+// the period is followed at once by the next (the ticker keeps one pending
+// tick and drops the rest). Each run
+// gets the function's timeout as its deadline, as Lambda would.
+func (s *Stack) runSchedule(ctx context.Context, log *slog.Logger, f Function, sch Schedule, job app.Job) {
+	run := func() {
+		runCtx, cancel := context.WithTimeout(ctx, f.Timeout)
+		defer cancel()
+		start := time.Now()
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("job panicked: %v", p)
+				}
+			}()
+			return job(runCtx)
+		}()
+		took := time.Since(start)
+		if err != nil && ctx.Err() == nil {
+			log.Error("scheduled run failed", "function", f.LogicalID, "schedule", sch.Expr, "took", took, "err", err)
+		} else {
+			log.Info("scheduled run", "function", f.LogicalID, "schedule", sch.Expr, "took", took)
+		}
+		if s.OnScheduledRun != nil {
+			s.OnScheduledRun(f.LogicalID, took, err)
+		}
+	}
+	// The ticker starts with the first run, so the rate is kept from the
+	// start as EventBridge keeps it, whatever each run takes.
+	t := time.NewTicker(sch.Every)
+	defer t.Stop()
+	run()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			run()
+		}
+	}
+}

@@ -1,0 +1,636 @@
+// Package meshclient is the Go client of the Agent Mesh HTTP API (v1) used by
+// meshd and by anything else that acts as an agent.
+//
+// It exchanges the agent's API key for a JWT and keeps it fresh, retries what
+// is safe to retry (network errors, 5xx and 429 honoring Retry-After, with
+// capped jittered backoff bounded by the context), and decodes every API
+// error (application/problem+json) into a typed *APIError.
+//
+// Writes that create events are made idempotent by a client-minted
+// message_id: Send and Reply mint it BEFORE the first attempt and reuse it on
+// every retry, so a retried request never creates a second event.
+package meshclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// DefaultUserAgent identifies the client to the API.
+const DefaultUserAgent = "agentmesh-meshclient/1"
+
+// Client talks to one mesh as one agent. It is safe for concurrent use.
+type Client struct {
+	base      *url.URL
+	apiKey    string
+	http      *http.Client
+	userAgent string
+	retry     RetryPolicy
+	clock     mesh.Clock
+	log       *slog.Logger
+
+	mu      sync.Mutex // guards tok and tokExp; held while fetching so refreshes coalesce
+	tok     *Token
+	tokExp  time.Time
+	tokTTL  time.Duration
+	fetches int // token fetches, for tests of the cache
+}
+
+// RetryPolicy bounds retries of one call.
+type RetryPolicy struct {
+	// MaxAttempts is the number of attempts including the first; 0 means
+	// "until the context ends or MaxElapsed passes".
+	MaxAttempts int
+	// Base is the first backoff; each retry doubles it up to Max. The actual
+	// sleep is drawn uniformly from [d/2, d] so many clients do not retry in
+	// lockstep.
+	Base, Max time.Duration
+	// MaxElapsed caps the total time of one call when the context has no
+	// deadline, so a retrying call can never hang forever.
+	MaxElapsed time.Duration
+}
+
+// DefaultRetry is the policy New uses.
+var DefaultRetry = RetryPolicy{MaxAttempts: 0, Base: 200 * time.Millisecond, Max: 10 * time.Second, MaxElapsed: 2 * time.Minute}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient replaces the HTTP client (e.g. for custom TLS). Its Timeout
+// should be zero or longer than the longest inbox long-poll (20 s).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithRetry replaces the retry policy.
+func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WithClock injects the clock used for token expiry.
+func WithClock(clock mesh.Clock) Option { return func(c *Client) { c.clock = clock } }
+
+// WithLogger sets where retries are logged (at debug/warn level; never
+// credentials). Default: slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
+
+// New returns a client for the API at baseURL (e.g. "http://127.0.0.1:8080")
+// authenticating with apiKey. A malformed baseURL surfaces as an error on the
+// first call.
+func New(baseURL, apiKey string, opts ...Option) *Client {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		u = nil
+	}
+	c := &Client{
+		base:      u,
+		apiKey:    apiKey,
+		http:      &http.Client{},
+		userAgent: DefaultUserAgent,
+		retry:     DefaultRetry,
+		clock:     mesh.SystemClock,
+		log:       slog.Default(),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// BaseURL returns the API's base URL as configured.
+func (c *Client) BaseURL() string {
+	if c.base == nil {
+		return ""
+	}
+	return c.base.String()
+}
+
+// KafkaInfo says where the agent's inbox topic is and how to authenticate.
+type KafkaInfo struct {
+	Brokers []string `json:"brokers"`
+	Topic   string   `json:"topic"`
+	Auth    string   `json:"auth"`
+}
+
+// Token is the answer of POST /v1/auth/token. Token and InboxKey are
+// secrets: the type's String and LogValue redact them.
+type Token struct {
+	Token     string    `json:"token"`
+	TokenType string    `json:"token_type,omitempty"`
+	ExpiresIn int       `json:"expires_in"`
+	AgentID   string    `json:"agent_id"`
+	InboxKey  string    `json:"inbox_key"`
+	KeyEpoch  int       `json:"key_epoch"`
+	Kafka     KafkaInfo `json:"kafka"`
+}
+
+// Key decodes InboxKey (base64 of 32 bytes): the agent's AES-GCM key for
+// envelopes sealed under KeyEpoch.
+func (t Token) Key() ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(t.InboxKey)
+	if err != nil || len(k) != 32 {
+		return nil, errors.New("meshclient: inbox_key is not base64 of 32 bytes")
+	}
+	return k, nil
+}
+
+// String redacts the secrets.
+func (t Token) String() string {
+	return fmt.Sprintf("Token{agent_id:%s key_epoch:%d expires_in:%d token:[redacted] inbox_key:[redacted]}", t.AgentID, t.KeyEpoch, t.ExpiresIn)
+}
+
+// LogValue redacts the secrets in structured logs.
+func (t Token) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("agent_id", t.AgentID), slog.Int("key_epoch", t.KeyEpoch), slog.Int("expires_in", t.ExpiresIn))
+}
+
+// refreshMargin is how long before expiry a cached token is replaced.
+const refreshMargin = 5 * time.Minute
+
+// Token returns the cached token, fetching a new one when there is none or
+// it expires within 5 minutes (or within half its lifetime, for short-lived
+// tokens).
+func (c *Client) Token(ctx context.Context) (Token, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	margin := min(refreshMargin, c.tokTTL/2)
+	if c.tok != nil && c.clock().Add(margin).Before(c.tokExp) {
+		return *c.tok, nil
+	}
+	return c.fetchTokenLocked(ctx)
+}
+
+// RefreshToken drops the cached token and fetches a new one (e.g. after the
+// agent's key epoch changed).
+func (c *Client) RefreshToken(ctx context.Context) (Token, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fetchTokenLocked(ctx)
+}
+
+func (c *Client) fetchTokenLocked(ctx context.Context) (Token, error) {
+	if c.apiKey == "" {
+		return Token{}, errors.New("meshclient: no API key configured")
+	}
+	var t Token
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/auth/token", body: map[string]string{"api_key": c.apiKey}, retry: true}, &t)
+	if err != nil {
+		return Token{}, err
+	}
+	if t.Token == "" || t.AgentID == "" || t.ExpiresIn <= 0 {
+		return Token{}, errors.New("meshclient: token response lacks token, agent_id or expires_in")
+	}
+	if _, err := t.Key(); err != nil {
+		return Token{}, err
+	}
+	c.fetches++
+	c.tok = &t
+	c.tokTTL = time.Duration(t.ExpiresIn) * time.Second
+	c.tokExp = c.clock().Add(c.tokTTL)
+	return t, nil
+}
+
+func (c *Client) dropToken(stale string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Only drop the token the failed call used: another goroutine may have
+	// refreshed it already.
+	if c.tok != nil && c.tok.Token == stale {
+		c.tok = nil
+	}
+}
+
+// NewMessageID returns a random UUID v4, the form of client-minted
+// message_ids.
+func NewMessageID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// SendRequest is POST /v1/messages. MessageID is minted by Send when empty.
+type SendRequest struct {
+	To        string      `json:"to"`
+	Parts     []mesh.Part `json:"parts"`
+	MessageID string      `json:"message_id,omitempty"`
+	TaskID    string      `json:"task_id,omitempty"`
+	ContextID string      `json:"context_id,omitempty"`
+}
+
+// SendResult identifies the message a write created (or, for a retried
+// write, the one it had created).
+type SendResult struct {
+	TaskID    string `json:"task_id"`
+	MessageID string `json:"message_id"`
+	ContextID string `json:"context_id,omitempty"`
+	Status    string `json:"status,omitempty"` // the task's state after the write
+}
+
+// Send sends a message to another agent (mesh_send_message). A retry reuses
+// the same message_id, so the server creates at most one message.
+func (c *Client) Send(ctx context.Context, req SendRequest) (SendResult, error) {
+	if req.MessageID == "" {
+		req.MessageID = NewMessageID()
+	}
+	var res SendResult
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/messages", body: req, auth: true, retry: true}, &res)
+	if res.MessageID == "" && err == nil {
+		res.MessageID = req.MessageID
+	}
+	return res, err
+}
+
+// ReplyRequest is POST /v1/tasks/{id}/messages. MessageID is minted by Reply
+// when empty.
+type ReplyRequest struct {
+	Parts     []mesh.Part `json:"parts"`
+	MessageID string      `json:"message_id,omitempty"`
+}
+
+// Reply adds a message to a task the agent takes part in (mesh_reply),
+// retried with one message_id like Send.
+func (c *Client) Reply(ctx context.Context, taskID string, req ReplyRequest) (SendResult, error) {
+	if taskID == "" {
+		return SendResult{}, errors.New("meshclient: Reply needs a task id")
+	}
+	if req.MessageID == "" {
+		req.MessageID = NewMessageID()
+	}
+	var res SendResult
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/" + url.PathEscape(taskID) + "/messages", body: req, auth: true, retry: true}, &res)
+	if res.MessageID == "" && err == nil {
+		res.MessageID = req.MessageID
+	}
+	if res.TaskID == "" && err == nil {
+		res.TaskID = taskID
+	}
+	return res, err
+}
+
+// StatusRequest is POST /v1/tasks/{id}/status. MessageID is minted by
+// UpdateStatus when empty, so a retried move is applied once.
+type StatusRequest struct {
+	Status    string `json:"status"`
+	MessageID string `json:"message_id,omitempty"`
+	// Message is an optional note stored with the move and carried in the
+	// status event (e.g. the question of input-required).
+	Message *StatusMessage `json:"message,omitempty"`
+}
+
+// StatusMessage is the optional note of a status move.
+type StatusMessage struct {
+	Parts []mesh.Part `json:"parts"`
+}
+
+// StatusResult is the answer of a status move.
+type StatusResult struct {
+	TaskID         string `json:"task_id"`
+	Status         string `json:"status"`
+	PreviousStatus string `json:"previous_status,omitempty"`
+	MessageID      string `json:"message_id"`
+}
+
+// UpdateStatus moves a task's state machine; an illegal move is an *APIError
+// with status 409. Retried with one message_id like Send.
+func (c *Client) UpdateStatus(ctx context.Context, taskID string, req StatusRequest) (StatusResult, error) {
+	if taskID == "" {
+		return StatusResult{}, errors.New("meshclient: UpdateStatus needs a task id")
+	}
+	if req.MessageID == "" {
+		req.MessageID = NewMessageID()
+	}
+	var res StatusResult
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/" + url.PathEscape(taskID) + "/status", body: req, auth: true, retry: true}, &res)
+	return res, err
+}
+
+// InboxPage is one page of GET /v1/inbox: events in seq order with the body
+// opened, the cursor for the next call and the oldest seq retention holds.
+type InboxPage struct {
+	Events    []mesh.Envelope `json:"events"`
+	NextAfter int64           `json:"next_after"`
+	OldestSeq int64           `json:"oldest_seq"`
+}
+
+// MaxInboxWait is the longest long-poll the API honors.
+const MaxInboxWait = 20 * time.Second
+
+// Inbox reads the agent's events with seq > after (at most limit; 0 = the
+// server's default), long-polling up to wait (capped at 20 s) when there are
+// none yet.
+func (c *Client) Inbox(ctx context.Context, after int64, limit int, wait time.Duration) (InboxPage, error) {
+	q := url.Values{}
+	q.Set("after", strconv.FormatInt(after, 10))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	wait = min(wait, MaxInboxWait)
+	if wait > 0 {
+		q.Set("wait", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+	}
+	var page InboxPage
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inbox", query: q, auth: true, retry: true, attemptTimeout: wait + 30*time.Second}, &page)
+	return page, err
+}
+
+// HeartbeatResult is the answer of a heartbeat: the agent's presence, the
+// newest seq of its inbox (lets meshd notice a missing newest event) and
+// its inbox key epoch (when it moves, a new token brings the new key).
+type HeartbeatResult struct {
+	Status   string `json:"status"`
+	LastSeq  int64  `json:"last_seq"`
+	KeyEpoch int    `json:"key_epoch"`
+}
+
+// Heartbeat reports the agent alive from instanceID (random per meshd start);
+// stats, when non-nil, is sent as the optional stats object.
+func (c *Client) Heartbeat(ctx context.Context, instanceID string, stats any) (HeartbeatResult, error) {
+	body := struct {
+		InstanceID string `json:"instance_id"`
+		Stats      any    `json:"stats,omitempty"`
+	}{instanceID, stats}
+	var res HeartbeatResult
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/agents/me/heartbeat", body: body, auth: true, retry: true}, &res)
+	return res, err
+}
+
+// GoOffline marks the agent draining (meshd stop) and returns its presence.
+// With a non-empty instanceID the server ignores the stop if another
+// instance has replaced this one since (a late stop must not drain it).
+func (c *Client) GoOffline(ctx context.Context, instanceID string) (string, error) {
+	var q url.Values
+	if instanceID != "" {
+		q = url.Values{"instance_id": {instanceID}}
+	}
+	var res struct {
+		Status string `json:"status"`
+	}
+	err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/agents/me/online", query: q, auth: true, retry: true}, &res)
+	return res.Status, err
+}
+
+// Health checks GET /v1/health (no auth).
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, call{method: http.MethodGet, path: "/v1/health", retry: true}, nil)
+}
+
+// APIError is an error answer of the API, decoded from its
+// application/problem+json document.
+type APIError struct {
+	Status int    // HTTP status
+	Code   string // stable machine code, e.g. "not_reachable"; "http_<status>" when the answer was not a problem document
+	Detail string // human explanation
+	// RetryAfter is the server's Retry-After, when it sent one.
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("mesh API %d %s: %s", e.Status, e.Code, e.Detail)
+	}
+	return fmt.Sprintf("mesh API %d %s", e.Status, e.Code)
+}
+
+// IsStatus reports whether err is an *APIError with the given HTTP status.
+func IsStatus(err error, status int) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == status
+}
+
+// call describes one API request.
+type call struct {
+	method, path string
+	query        url.Values
+	body         any
+	auth         bool
+	// retry: safe to repeat after an ambiguous failure (idempotent or
+	// protected by message_id); every call of this API is. An unsafe call
+	// would still retry on 429 and on connections that never reached the
+	// server.
+	retry          bool
+	attemptTimeout time.Duration
+}
+
+// do performs c with retries, decoding a 2xx JSON answer into out (if
+// non-nil). A 401 on an authenticated call refreshes the token once.
+func (c *Client) do(ctx context.Context, cl call, out any) error {
+	if c.base == nil {
+		return errors.New("meshclient: the API URL is not an absolute http(s) URL")
+	}
+	var body []byte
+	if cl.body != nil {
+		var err error
+		if body, err = json.Marshal(cl.body); err != nil {
+			return fmt.Errorf("meshclient: encode request: %w", err)
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok && c.retry.MaxElapsed > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.retry.MaxElapsed)
+		defer cancel()
+	}
+	refreshed := false
+	for attempt := 1; ; attempt++ {
+		var bearer string
+		if cl.auth {
+			tok, err := c.Token(ctx)
+			if err != nil {
+				return err
+			}
+			bearer = tok.Token
+		}
+		err := c.once(ctx, cl, body, bearer, out)
+		if err == nil {
+			return nil
+		}
+		var ae *APIError
+		if cl.auth && !refreshed && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+			// The token may have been revoked or expired early (clock skew,
+			// key rotation): one fresh token, one more try.
+			refreshed = true
+			c.dropToken(bearer)
+			attempt--
+			continue
+		}
+		wait, retryable := c.retryable(err, cl.retry)
+		if !retryable || (c.retry.MaxAttempts > 0 && attempt >= c.retry.MaxAttempts) {
+			return err
+		}
+		backoff := c.backoff(attempt)
+		if wait > backoff {
+			backoff = wait
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < backoff {
+			return err // sleeping would outlive the caller's deadline
+		}
+		c.log.Debug("mesh API call will be retried", "method", cl.method, "path", cl.path, "attempt", attempt, "backoff", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// retryable decides whether err may be retried and the minimum wait.
+func (c *Client) retryable(err error, safe bool) (time.Duration, bool) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch {
+		case ae.Status == http.StatusTooManyRequests:
+			// Rejected before anything was written: always safe.
+			return ae.RetryAfter, true
+		case ae.Status >= 500:
+			return ae.RetryAfter, safe
+		}
+		return 0, false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return 0, false
+	}
+	var derr *decodeError
+	if errors.As(err, &derr) {
+		return 0, false
+	}
+	// Transport error. A failed dial never reached the server.
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return 0, true
+	}
+	return 0, safe
+}
+
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.retry.Base
+	if d <= 0 {
+		d = 100 * time.Millisecond
+	}
+	for i := 1; i < attempt && (c.retry.Max <= 0 || d < c.retry.Max); i++ {
+		d *= 2
+	}
+	if c.retry.Max > 0 && d > c.retry.Max {
+		d = c.retry.Max
+	}
+	half := int64(d / 2)
+	n, _ := rand.Int(rand.Reader, big.NewInt(half+1))
+	return time.Duration(half + n.Int64())
+}
+
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return "meshclient: decode response: " + e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+// maxBody bounds how much of an answer is read (an inbox page of large
+// messages fits; a runaway answer does not exhaust memory).
+const maxBody = 64 << 20
+
+func (c *Client) once(ctx context.Context, cl call, body []byte, bearer string, out any) error {
+	if cl.attemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cl.attemptTimeout)
+		defer cancel()
+	}
+	u := *c.base
+	u.Path = strings.TrimRight(u.Path, "/") + cl.path
+	u.RawQuery = cl.query.Encode()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return decodeProblem(resp, data)
+	}
+	if out == nil || len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &decodeError{err}
+	}
+	return nil
+}
+
+func decodeProblem(resp *http.Response, data []byte) *APIError {
+	ae := &APIError{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	var p struct {
+		Code   string `json:"code"`
+		Title  string `json:"title"`
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(data, &p) == nil && p.Code != "" {
+		ae.Code, ae.Detail = p.Code, p.Detail
+		if ae.Detail == "" {
+			ae.Detail = p.Title
+		}
+		return ae
+	}
+	// Not a problem document (a proxy's error page, say): keep a short,
+	// printable excerpt for the operator.
+	ae.Code = "http_" + strconv.Itoa(resp.StatusCode)
+	excerpt := strings.TrimSpace(strings.ToValidUTF8(string(data), "?"))
+	if len(excerpt) > 200 {
+		excerpt = excerpt[:200] + "..."
+	}
+	ae.Detail = excerpt
+	return ae
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP date.
+func parseRetryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

@@ -1,0 +1,87 @@
+package meshd_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/meshd"
+)
+
+func sampleEnvelope(seq int64, text string) mesh.Envelope {
+	body, _ := json.Marshal(map[string]any{"parts": []mesh.Part{{Kind: "text", Text: text}}})
+	return mesh.Envelope{V: 1, EventID: "ev-1", Seq: seq, Type: mesh.EventMessage, To: "bob", From: "alice",
+		TaskID: "task-9", ContextID: "ctx-9", MessageID: "msg-1", OccurredAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Body: body}
+}
+
+func TestCommandHandlerRunsARealShellCommand(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "events.jsonl")
+	h := meshd.CommandHandler{
+		Command: []string{"sh", "-c", `cat >> "$OUT"; echo "$MESH_SEQ $MESH_EVENT_TYPE $MESH_FROM $MESH_TO $MESH_TASK_ID $MESH_CONTEXT_ID $MESH_MESSAGE_ID $MESH_EVENT_ID" >> "$OUT.env"`},
+		Env:     []string{"OUT=" + out},
+		Timeout: 10 * time.Second,
+	}
+	for i, text := range []string{"hello", "it's \"quoted\"\nand multi-line"} {
+		if err := h.Handle(context.Background(), sampleEnvelope(int64(i+1), text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("stdin carries the envelope as one JSON line per event, body opened", func(t *testing.T) {
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("got %d lines: %q", len(lines), data)
+		}
+		var env mesh.Envelope
+		if err := json.Unmarshal([]byte(lines[1]), &env); err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Parts []mesh.Part }
+		_ = json.Unmarshal(env.Body, &body)
+		if env.Seq != 2 || env.From != "alice" || len(body.Parts) != 1 || body.Parts[0].Text != "it's \"quoted\"\nand multi-line" {
+			t.Errorf("second event on stdin = %+v body %s", env, env.Body)
+		}
+	})
+	t.Run("the MESH_* variables describe the event", func(t *testing.T) {
+		data, _ := os.ReadFile(out + ".env")
+		want := "1 message alice bob task-9 ctx-9 msg-1 ev-1\n2 message alice bob task-9 ctx-9 msg-1 ev-1\n"
+		if string(data) != want {
+			t.Errorf("env lines %q, want %q", data, want)
+		}
+	})
+}
+
+func TestCommandHandlerFailures(t *testing.T) {
+	cases := []struct {
+		name    string
+		command []string
+		timeout time.Duration
+		wantErr string
+	}{
+		{"a non-zero exit is a failure with its status", []string{"sh", "-c", "cat >/dev/null; exit 3"}, 0, "exited with status 3"},
+		{"a command past its timeout is killed with its children", []string{"sh", "-c", "sleep 30 & sleep 30; wait"}, 300 * time.Millisecond, "timed out"},
+		{"a missing program is a failure", []string{"/nonexistent/agent"}, 0, "handler"},
+		{"an empty command is a failure", nil, 0, "no command"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			err := meshd.CommandHandler{Command: tc.command, Timeout: tc.timeout}.Handle(context.Background(), sampleEnvelope(1, "x"))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Errorf("took %v: children kept the handler alive", time.Since(start))
+			}
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package meshd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// State is what meshd remembers between runs: the highest seq its handler
+// completed and the Kafka position it had consumed. It is written atomically
+// after every handled event, so a crash never runs a handler twice for an
+// event it had marked.
+type State struct {
+	AgentID string `json:"agent_id"`
+	// LastSeq is the highest seq handled; every seq ≤ LastSeq is done.
+	LastSeq int64 `json:"last_seq"`
+	// Offset is the Kafka offset of the last record consumed from
+	// Topic/Partition (handled or skipped); -1 when none.
+	Offset    int64     `json:"offset"`
+	Topic     string    `json:"topic,omitempty"`
+	Partition int32     `json:"partition"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// StatePath is where the state of agentID lives under dir.
+func StatePath(dir, agentID string) string {
+	return filepath.Join(dir, agentID+".state.json")
+}
+
+// LoadState reads the state of agentID from dir. A missing file is a fresh
+// state (nothing handled yet); a file that is unreadable, corrupt or belongs
+// to another agent is an error, never silently reset, because resetting
+// would run the handler again for everything.
+func LoadState(dir, agentID string) (State, error) {
+	if !mesh.ValidAgentID(agentID) {
+		return State{}, fmt.Errorf("meshd: invalid agent id %q", agentID)
+	}
+	path := StatePath(dir, agentID)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return State{AgentID: agentID, Offset: -1}, nil
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("meshd: read state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return State{}, fmt.Errorf("meshd: state file %s is corrupt (%v); move it away to start over", path, err)
+	}
+	if s.AgentID != agentID {
+		return State{}, fmt.Errorf("meshd: state file %s belongs to agent %q, not %q", path, s.AgentID, agentID)
+	}
+	if s.LastSeq < 0 || s.Offset < -1 {
+		return State{}, fmt.Errorf("meshd: state file %s holds impossible values (last_seq %d, offset %d)", path, s.LastSeq, s.Offset)
+	}
+	return s, nil
+}
+
+// SaveState writes s to dir atomically: a temp file in the same directory,
+// fsync, rename over the old file, fsync the directory. A reader (or a
+// restart after a crash at any point) sees either the old or the new state,
+// never a torn one.
+func SaveState(dir string, s State) error {
+	if !mesh.ValidAgentID(s.AgentID) {
+		return fmt.Errorf("meshd: invalid agent id %q", s.AgentID)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("meshd: state dir: %w", err)
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+s.AgentID+".state.*.tmp")
+	if err != nil {
+		return fmt.Errorf("meshd: write state: %w", err)
+	}
+	tmp := f.Name()
+	committed := false
+	defer func() {
+		if !committed {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("meshd: write state: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("meshd: fsync state: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("meshd: write state: %w", err)
+	}
+	if err := os.Rename(tmp, StatePath(dir, s.AgentID)); err != nil {
+		return fmt.Errorf("meshd: rename state: %w", err)
+	}
+	committed = true
+	// The rename is durable only once the directory entry is on disk.
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("meshd: fsync state dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("meshd: fsync state dir: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,429 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/agentmesh/agentmesh/shared/kafka"
+	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/seal"
+)
+
+// dispFixture is a database, a real Kafka topic and a dispatcher wired to both.
+type dispFixture struct {
+	db      *mysql.DB
+	brokers []string
+	topic   string
+	sealer  *seal.Sealer
+	prod    *kgo.Client
+	now     time.Time
+	mu      sync.Mutex
+}
+
+func newDispFixture(t *testing.T, partitions int32) *dispFixture {
+	t.Helper()
+	db, _ := mysqltest.New(t)
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.Topic(t, brokers, partitions)
+	master := make([]byte, seal.KeySize)
+	_, _ = rand.Read(master)
+	s, _ := seal.New(master)
+	prod, err := kafka.NewProducer(context.Background(), kafka.Options{Brokers: brokers}, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	return &dispFixture{db: db, brokers: brokers, topic: topic, sealer: s, prod: prod, now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (f *dispFixture) clock() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *dispFixture) advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+}
+
+func (f *dispFixture) dispatcher(p outbox.Publisher, sink *metrics.Sink) *outbox.Dispatcher {
+	if p == nil {
+		p = outbox.KafkaPublisher{Client: f.prod}
+	}
+	if sink == nil {
+		sink = &metrics.Sink{W: &bytes.Buffer{}}
+	}
+	return &outbox.Dispatcher{DB: f.db, Publisher: p, Topic: f.topic, Sealer: f.sealer, Clock: f.clock, Metrics: sink}
+}
+
+// agents inserts bare agents with their counter rows (what identity.CreateAgent writes).
+func (f *dispFixture) agents(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := f.db.Exec("INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", id, id, f.now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.db.Exec("INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// send appends one message event per recipient in its own transaction.
+func (f *dispFixture) send(t *testing.T, from, to string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		body, _ := json.Marshal(map[string]any{"text": fmt.Sprintf("%s->%s #%d", from, to, i+1)})
+		err := f.db.InTx(context.Background(), func(tx *sql.Tx) error {
+			return outbox.Append(context.Background(), tx, []outbox.Event{{
+				Type: mesh.EventMessage, To: to, From: from, TaskID: "t-" + to, ContextID: "c-" + to,
+				MessageID: fmt.Sprintf("m-%s-%s-%d", from, to, i), OccurredAt: f.clock(), Body: body,
+			}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *dispFixture) drain(t *testing.T, d *outbox.Dispatcher) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		st, err := d.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Recipients == 0 {
+			return
+		}
+	}
+	t.Fatal("dispatcher did not drain in 100 batches")
+}
+
+func (f *dispFixture) deliveries(t *testing.T, recipient string) map[string]int {
+	t.Helper()
+	rows, err := f.db.Query("SELECT delivery, COUNT(*) FROM outbox_events WHERE recipient = ? GROUP BY delivery", recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var d string
+		var n int
+		if err := rows.Scan(&d, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[d] = n
+	}
+	return out
+}
+
+// seqsOnKafka reads every record of the topic and returns, per recipient, the
+// seqs in partition order, checking each record against the envelope contract.
+func (f *dispFixture) seqsOnKafka(t *testing.T, partitions int32, want int) map[string][]int64 {
+	t.Helper()
+	out := map[string][]int64{}
+	recs := kafkatest.ReadTopic(t, f.brokers, f.topic, want, 10*time.Second)
+	if len(recs) != want {
+		t.Fatalf("Kafka holds %d records, want %d", len(recs), want)
+	}
+	// Records of one partition come in offset order; recipients never span partitions.
+	{
+		for _, r := range recs {
+			var env mesh.Envelope
+			if err := json.Unmarshal(r.Value, &env); err != nil {
+				t.Fatalf("record value is not an envelope: %v", err)
+			}
+			if string(r.Key) != env.To {
+				t.Fatalf("record key %q != envelope to %q", r.Key, env.To)
+			}
+			if got := kafka.PartitionFor(env.To, int(partitions)); got != r.Partition {
+				t.Fatalf("record for %s on partition %d, murmur2 says %d", env.To, r.Partition, got)
+			}
+			if env.Body != nil || env.Sealed == "" {
+				t.Fatalf("body must travel sealed only: %s", r.Value)
+			}
+			if _, err := seal.Open(f.sealer.AgentKey(env.To, env.KeyEpoch), env.Sealed, seal.AAD(env.EventID, env.To)); err != nil {
+				t.Fatalf("recipient cannot open its event: %v", err)
+			}
+			out[env.To] = append(out[env.To], env.Seq)
+		}
+	}
+	return out
+}
+
+func TestDispatcher(t *testing.T) {
+	t.Run("publishes each recipient's events once, in seq order, sealed for that recipient", func(t *testing.T) {
+		f := newDispFixture(t, 3)
+		f.agents(t, "alice", "bob", "carol")
+		for i := 0; i < 5; i++ { // interleave writers so ids and seqs differ in order
+			f.send(t, "alice", "bob", 3)
+			f.send(t, "bob", "carol", 2)
+			f.send(t, "carol", "alice", 1)
+		}
+		d := f.dispatcher(nil, nil)
+		d.PerRecipient = 4 // several batches per recipient
+		f.drain(t, d)
+		got := f.seqsOnKafka(t, 3, 30)
+		for r, n := range map[string]int{"bob": 15, "carol": 10, "alice": 5} {
+			if len(got[r]) != n {
+				t.Fatalf("%s: %d records on Kafka, want %d", r, len(got[r]), n)
+			}
+			for i, s := range got[r] {
+				if s != int64(i+1) {
+					t.Fatalf("%s: records carry seqs %v, want 1..%d in order", r, got[r], n)
+				}
+			}
+			if dl := f.deliveries(t, r); dl["sent"] != n || len(dl) != 1 {
+				t.Fatalf("%s: outbox deliveries %v, want all %d sent", r, dl, n)
+			}
+		}
+	})
+
+	t.Run("an other recipient's key cannot open an event", func(t *testing.T) {
+		f := newDispFixture(t, 1)
+		f.agents(t, "alice", "bob")
+		f.send(t, "alice", "bob", 1)
+		f.drain(t, f.dispatcher(nil, nil))
+		recs := kafkatest.ReadAll(t, f.brokers, f.topic, 0, 1, 5*time.Second)
+		if len(recs) != 1 {
+			t.Fatalf("want 1 record, got %d", len(recs))
+		}
+		var env mesh.Envelope
+		_ = json.Unmarshal(recs[0].Value, &env)
+		if _, err := seal.Open(f.sealer.AgentKey("alice", env.KeyEpoch), env.Sealed, seal.AAD(env.EventID, env.To)); err == nil {
+			t.Fatal("alice opened bob's event")
+		}
+		hdr := map[string]string{}
+		for _, h := range recs[0].Headers {
+			hdr[h.Key] = string(h.Value)
+		}
+		if hdr["type"] != "message" || hdr["message_id"] != env.MessageID {
+			t.Fatalf("headers %v do not carry type and message_id", hdr)
+		}
+	})
+
+	t.Run("two dispatchers running at once keep every recipient's order and publish nothing twice", func(t *testing.T) {
+		f := newDispFixture(t, 3)
+		var ids []string
+		for i := 0; i < 8; i++ {
+			ids = append(ids, fmt.Sprintf("agent-%d", i))
+		}
+		f.agents(t, ids...)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		errs := make(chan error, 2)
+		for w := 0; w < 2; w++ {
+			d := f.dispatcher(nil, nil)
+			d.Recipients, d.PerRecipient = 3, 2 // small batches force the two to contend
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					if _, err := d.RunOnce(ctx); err != nil && ctx.Err() == nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		for round := 0; round < 10; round++ { // writers keep committing while dispatchers run
+			for _, id := range ids {
+				f.send(t, "writer", id, 1)
+			}
+		}
+		// Let the dispatchers finish, then stop them.
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			var pending int
+			_ = f.db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE delivery = 'pending'").Scan(&pending)
+			if pending == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		got := f.seqsOnKafka(t, 3, 80)
+		for _, id := range ids {
+			want := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+			if fmt.Sprint(got[id]) != fmt.Sprint(want) {
+				t.Fatalf("%s: Kafka holds seqs %v, want %v", id, got[id], want)
+			}
+		}
+	})
+
+	t.Run("a failing event holds back only its own recipient, backs off 5 s × 2^n and is dead-lettered after 10 attempts", func(t *testing.T) {
+		f := newDispFixture(t, 1)
+		f.agents(t, "alice", "bob")
+		f.send(t, "x", "bob", 3)
+		f.send(t, "x", "alice", 2)
+		faulty := &faultPublisher{real: outbox.KafkaPublisher{Client: f.prod}, fail: func(env mesh.Envelope) bool { return env.To == "bob" && env.Seq == 1 }}
+		var sink bytes.Buffer
+		d := f.dispatcher(faulty, &metrics.Sink{W: &sink})
+		backoff := 5 * time.Second
+		for attempt := 1; attempt <= 10; attempt++ {
+			if _, err := d.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if dl := f.deliveries(t, "alice"); dl["sent"] != 2 {
+				t.Fatalf("attempt %d: alice's events must flow regardless of bob: %v", attempt, dl)
+			}
+			if attempt == 10 {
+				break
+			}
+			if dl := f.deliveries(t, "bob"); dl["pending"] != 3 {
+				t.Fatalf("attempt %d: bob's events must all wait behind seq 1: %v", attempt, dl)
+			}
+			// Just before the backoff ends nothing is retried...
+			f.advance(backoff - time.Millisecond)
+			before := faulty.calls("bob")
+			if _, err := d.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if faulty.calls("bob") != before {
+				t.Fatalf("attempt %d: bob retried before its %v backoff ended", attempt, backoff)
+			}
+			f.advance(time.Millisecond)
+			backoff *= 2
+		}
+		dl := f.deliveries(t, "bob")
+		if dl["failed"] != 1 {
+			t.Fatalf("after 10 attempts seq 1 must be dead-lettered: %v", dl)
+		}
+		var lastErr sql.NullString
+		_ = f.db.QueryRow("SELECT last_error FROM outbox_events WHERE recipient = 'bob' AND seq = 1").Scan(&lastErr)
+		if !strings.Contains(lastErr.String, "injected") {
+			t.Fatalf("dead letter must keep its error, got %q", lastErr.String)
+		}
+		f.drain(t, d)
+		if dl := f.deliveries(t, "bob"); dl["sent"] != 2 || dl["failed"] != 1 {
+			t.Fatalf("after the dead letter the rest of bob's events go: %v", dl)
+		}
+		if !strings.Contains(sink.String(), "OutboxDeadLetters") {
+			t.Fatal("no OutboxDeadLetters metric emitted")
+		}
+	})
+
+	t.Run("Kafka down then back: nothing is lost and order holds", func(t *testing.T) {
+		f := newDispFixture(t, 1)
+		f.agents(t, "bob")
+		f.send(t, "x", "bob", 5)
+		// A producer aimed at a port where no broker listens: every publish fails.
+		dead, err := kafka.NewProducer(context.Background(), kafka.Options{Brokers: []string{"127.0.0.1:1"}}, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dead.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		st, err := f.dispatcher(outbox.KafkaPublisher{Client: dead}, nil).RunOnce(ctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			t.Fatal(err)
+		}
+		if st.Sent != 0 {
+			t.Fatalf("sent %d events to a dead broker", st.Sent)
+		}
+		if dl := f.deliveries(t, "bob"); dl["pending"] != 5 {
+			t.Fatalf("events must stay pending while Kafka is down: %v", dl)
+		}
+		f.advance(5 * time.Second)
+		f.drain(t, f.dispatcher(nil, nil))
+		if got := f.seqsOnKafka(t, 1, 5)["bob"]; fmt.Sprint(got) != "[1 2 3 4 5]" {
+			t.Fatalf("after recovery Kafka holds %v, want [1 2 3 4 5]", got)
+		}
+	})
+
+	t.Run("a dispatcher killed after publishing but before committing leaves its events pending for the next one", func(t *testing.T) {
+		f := newDispFixture(t, 1)
+		f.agents(t, "bob")
+		f.send(t, "x", "bob", 3)
+		crash := &faultPublisher{real: outbox.KafkaPublisher{Client: f.prod}, panicAfter: true}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the injected crash did not happen")
+				}
+			}()
+			_, _ = f.dispatcher(crash, nil).RunOnce(context.Background())
+		}()
+		if dl := f.deliveries(t, "bob"); dl["pending"] != 3 {
+			t.Fatalf("a crash before commit must leave events pending: %v", dl)
+		}
+		f.drain(t, f.dispatcher(nil, nil))
+		// Kafka now holds the batch twice; consumers drop the repeat by seq.
+		if got := f.seqsOnKafka(t, 1, 6)["bob"]; fmt.Sprint(got) != "[1 2 3 1 2 3]" {
+			t.Fatalf("Kafka holds %v, want the batch then its republication", got)
+		}
+		if dl := f.deliveries(t, "bob"); dl["sent"] != 3 {
+			t.Fatalf("after the second dispatcher all are sent: %v", dl)
+		}
+	})
+}
+
+// faultPublisher wraps the real Kafka publisher: it fails chosen records
+// without sending them, or crashes after a real publish.
+type faultPublisher struct {
+	real       outbox.Publisher
+	fail       func(mesh.Envelope) bool
+	panicAfter bool
+	mu         sync.Mutex
+	byTo       map[string]int
+}
+
+func (p *faultPublisher) calls(to string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byTo[to]
+}
+
+func (p *faultPublisher) Publish(ctx context.Context, recs []*kgo.Record) []error {
+	errs := make([]error, len(recs))
+	var pass []*kgo.Record
+	var idx []int
+	p.mu.Lock()
+	if p.byTo == nil {
+		p.byTo = map[string]int{}
+	}
+	for i, r := range recs {
+		var env mesh.Envelope
+		_ = json.Unmarshal(r.Value, &env)
+		p.byTo[env.To]++
+		if p.fail != nil && p.fail(env) {
+			errs[i] = fmt.Errorf("injected failure for %s seq %d", env.To, env.Seq)
+			continue
+		}
+		pass = append(pass, r)
+		idx = append(idx, i)
+	}
+	p.mu.Unlock()
+	for j, err := range p.real.Publish(ctx, pass) {
+		errs[idx[j]] = err
+	}
+	if p.panicAfter {
+		panic("injected crash between publish and commit")
+	}
+	return errs
+}

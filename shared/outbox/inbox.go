@@ -1,0 +1,152 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+)
+
+// Querier is satisfied by *sql.DB, *sql.Tx and *sql.Conn.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Inbox page limits.
+const (
+	DefaultInboxLimit = 100
+	MaxInboxLimit     = 500
+	MaxInboxWait      = 20 * time.Second
+)
+
+// Both statements below are served by the unique key outbox_recipient_seq
+// (recipient, seq): a range read from after+1 in seq order, and a MIN over
+// one recipient's prefix. Neither ever scans another recipient's rows.
+const (
+	readInboxSQL = `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, occurred_at, delivery
+FROM outbox_events WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?`
+
+	// oldestSeqSQL runs as one statement so MIN(seq) and the counter come
+	// from the same snapshot: when nothing is held any more, the answer is
+	// the seq the next event will get.
+	oldestSeqSQL = `SELECT COALESCE((SELECT MIN(e.seq) FROM outbox_events e WHERE e.recipient = ?), c.last_seq + 1)
+FROM inbox_counters c WHERE c.recipient = ?`
+)
+
+// Read returns up to limit events of recipient with seq > after, in seq
+// order, with their bodies opened and their delivery state (pending, sent or
+// failed: dead-lettered events are served like any other).
+func Read(ctx context.Context, q Querier, recipient string, after int64, limit int) ([]mesh.Envelope, error) {
+	rows, err := q.QueryContext(ctx, readInboxSQL, recipient, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []mesh.Envelope{}
+	for rows.Next() {
+		e := mesh.Envelope{V: mesh.EnvelopeVersion, To: recipient}
+		var group sql.NullString
+		var body []byte
+		if err := rows.Scan(&e.Seq, &e.EventID, &e.Type, &e.From, &e.TaskID, &e.ContextID, &group,
+			&e.MessageID, &e.KeyEpoch, &body, &e.OccurredAt, &e.Delivery); err != nil {
+			return nil, err
+		}
+		e.GroupID = group.String
+		e.Body = body
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// OldestSeq is the smallest seq the outbox still holds for recipient (older
+// ones were removed by the janitor after the retention); when it holds
+// nothing, it is the seq the next event will get. A reader whose cursor is
+// below OldestSeq-1 has missed events that are gone.
+func OldestSeq(ctx context.Context, q Querier, recipient string) (int64, error) {
+	var oldest int64
+	err := q.QueryRowContext(ctx, oldestSeqSQL, recipient, recipient).Scan(&oldest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, mesh.Errorf(mesh.KindNotFound, "agent_not_found", "no inbox for this agent")
+	}
+	return oldest, err
+}
+
+// Page is one answer of the inbox API.
+type Page struct {
+	Events []mesh.Envelope `json:"events"`
+	// NextAfter is the cursor for the next call: the last returned seq, or
+	// the given one when nothing was returned.
+	NextAfter int64 `json:"next_after"`
+	OldestSeq int64 `json:"oldest_seq"`
+}
+
+// Inbox serves GET /v1/inbox, including its long poll.
+type Inbox struct {
+	DB Querier
+	// MinPoll and MaxPoll bound the pause between two polls of a waiting
+	// request: it starts at MinPoll and doubles up to MaxPoll while nothing
+	// arrives (defaults 100 ms and 1 s). Each poll is one indexed query.
+	MinPoll, MaxPoll time.Duration
+	// Sleep waits for d or until ctx ends; tests may count polls through it.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Wait returns recipient's events after the cursor. If there are none and
+// wait > 0, it polls until one arrives, wait elapses or ctx ends; an expired
+// wait is an empty page, not an error.
+func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit int, wait time.Duration) (Page, error) {
+	minPoll, maxPoll := in.MinPoll, in.MaxPoll
+	if minPoll <= 0 {
+		minPoll = 100 * time.Millisecond
+	}
+	if maxPoll < minPoll {
+		maxPoll = max(minPoll, time.Second)
+	}
+	sleep := in.Sleep
+	if sleep == nil {
+		sleep = sleepCtx
+	}
+	deadline := time.Now().Add(wait)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-time.Second).Before(deadline) {
+		deadline = dl.Add(-time.Second) // leave time to answer before the function times out
+	}
+	pause := minPoll
+	var events []mesh.Envelope
+	for {
+		var err error
+		if events, err = Read(ctx, in.DB, recipient, after, limit); err != nil {
+			return Page{}, err
+		}
+		left := time.Until(deadline)
+		if len(events) > 0 || left <= 0 {
+			break
+		}
+		if err := sleep(ctx, min(pause, left)); err != nil {
+			// The client went away or the function is about to time out:
+			// answer with what we have (nothing) rather than an error.
+			break
+		}
+		pause = min(pause*2, maxPoll)
+	}
+	page := Page{Events: events, NextAfter: after}
+	if n := len(events); n > 0 {
+		page.NextAfter = events[n-1].Seq
+	}
+	var err error
+	page.OldestSeq, err = OldestSeq(context.WithoutCancel(ctx), in.DB, recipient)
+	return page, err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,340 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+)
+
+// fixture is a fresh database, a Service on it with a test clock, and an
+// HTTP-level caller that goes through the real middleware (httpapi.Lambda):
+// only authentication is replaced, by tokenAuth.
+type fixture struct {
+	db  *mysql.DB
+	dsn string
+	svc *Service
+	eps httpapi.Endpoints
+
+	mu     sync.Mutex
+	now    time.Time
+	step   time.Duration
+	frozen bool
+}
+
+var t0 = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	db, dsn := mysqltest.New(t)
+	f := &fixture{db: db, dsn: dsn, now: t0, step: 25 * time.Millisecond}
+	f.svc = &Service{DB: db, Clock: f.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.eps = Endpoints(f.svc)
+	return f
+}
+
+// clock advances by step on every reading, so timestamps strictly increase
+// and the rate limit (one token per 20 ms of clock) never trips unless a
+// test freezes the clock on purpose.
+func (f *fixture) clock() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.frozen {
+		f.now = f.now.Add(f.step)
+	}
+	return f.now
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+}
+
+func (f *fixture) freeze(on bool) {
+	f.mu.Lock()
+	f.frozen = on
+	f.mu.Unlock()
+}
+
+// agents bulk-inserts agents with their counter and rate-limit rows, as
+// identity.CreateAgent would (without API keys, which these tests never use).
+func (f *fixture) agents(t testing.TB, ids ...string) {
+	t.Helper()
+	insertAgents(t, f.db, ids...)
+}
+
+func insertAgents(t testing.TB, db *mysql.DB, ids ...string) {
+	t.Helper()
+	for start := 0; start < len(ids); start += 500 {
+		chunk := ids[start:min(start+500, len(ids))]
+		var agents, others []any
+		for _, id := range chunk {
+			agents = append(agents, id, id, t0)
+			others = append(others, id)
+		}
+		for _, q := range []struct {
+			stmt string
+			args []any
+		}{
+			{"INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", agents},
+			{"INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", others},
+			{"INSERT INTO rate_limits (agent_id, tat_us) VALUES (?, 0)", others},
+		} {
+			if _, err := db.Exec(multiRow(q.stmt, len(chunk)), q.args...); err != nil {
+				t.Fatalf("insert agents: %v", err)
+			}
+		}
+	}
+}
+
+// multiRow repeats the VALUES tuple of stmt n times.
+func multiRow(stmt string, n int) string {
+	tuple := stmt[strings.LastIndex(stmt, "VALUES ")+len("VALUES "):]
+	return stmt + strings.Repeat(", "+tuple, n-1)
+}
+
+// friends makes a and b friends (both directions, as identity stores it).
+func (f *fixture) friends(t testing.TB, a, b string) {
+	t.Helper()
+	if _, err := f.db.Exec("INSERT INTO friendships (agent_id, friend_id, created_at) VALUES (?, ?, ?), (?, ?, ?)", a, b, t0, b, a, t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// group creates a group with its context and members.
+func (f *fixture) group(t testing.TB, groupID, contextID string, members ...string) {
+	t.Helper()
+	if _, err := f.db.Exec("INSERT INTO mesh_groups (group_id, name, owner_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)",
+		groupID, groupID, members[0], contextID, t0); err != nil {
+		t.Fatal(err)
+	}
+	for start := 0; start < len(members); start += 500 {
+		chunk := members[start:min(start+500, len(members))]
+		var args []any
+		for i, m := range chunk {
+			role := "member"
+			if start+i == 0 {
+				role = "owner"
+			}
+			args = append(args, groupID, m, role, t0)
+		}
+		if _, err := f.db.Exec(multiRow("INSERT INTO group_members (group_id, agent_id, role, joined_at) VALUES (?, ?, ?, ?)", len(chunk)), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// taskIn inserts a task between initiator and recipient in a given state.
+func (f *fixture) taskIn(t testing.TB, taskID, initiator, recipient, status string, updated time.Time) {
+	t.Helper()
+	if _, err := f.db.Exec("INSERT INTO tasks (task_id, context_id, initiator, recipient, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		taskID, "ctx-"+taskID, initiator, recipient, status, updated, updated); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tokenAuth stands in for identity's JWT check: the bearer token is the
+// agent id. Authentication is identity's subject and tested there.
+type tokenAuth struct{}
+
+func (tokenAuth) AuthenticateAgent(_ context.Context, token string) (httpapi.Caller, error) {
+	if !mesh.ValidAgentID(token) {
+		return httpapi.Caller{}, mesh.ErrUnauthorized
+	}
+	return httpapi.Caller{AgentID: token, KeyID: "test"}, nil
+}
+
+func (tokenAuth) AuthenticateAdmin(context.Context, string) error { return mesh.ErrUnauthorized }
+
+// response is one HTTP answer.
+type response struct {
+	Status  int
+	Headers map[string]string
+	Body    []byte
+}
+
+func (r response) code() string {
+	var p httpapi.Problem
+	_ = json.Unmarshal(r.Body, &p)
+	return p.Code
+}
+
+func (r response) decode(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+// req describes one call of a route.
+type req struct {
+	fn     string // logical function ID
+	caller string
+	method string
+	path   string
+	params map[string]string
+	query  map[string]string
+	body   any // marshalled to JSON; a string is sent as is
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// call runs a request through httpapi.Lambda, as API Gateway would.
+func (f *fixture) call(t testing.TB, r req) response {
+	t.Helper()
+	return callEndpoint(t, f.eps, r)
+}
+
+func callEndpoint(t testing.TB, eps httpapi.Endpoints, r req) response {
+	t.Helper()
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: r.method + " " + r.path, RawPath: r.path,
+		Headers:               map[string]string{"content-type": "application/json"},
+		PathParameters:        r.params,
+		QueryStringParameters: r.query,
+	}
+	if r.caller != "" {
+		ev.Headers["authorization"] = "Bearer " + r.caller
+	}
+	switch b := r.body.(type) {
+	case nil:
+	case string:
+		ev.Body = b
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Body = string(raw)
+	}
+	out, err := httpapi.Lambda(tokenAuth{}, quiet, eps.Must(r.fn))(context.Background(), ev)
+	if err != nil {
+		t.Fatalf("%s: %v", r.fn, err)
+	}
+	return response{Status: out.StatusCode, Headers: out.Headers, Body: []byte(out.Body)}
+}
+
+func text(s string) []mesh.Part { return []mesh.Part{{Kind: PartText, Text: s}} }
+
+// send posts a message and requires a 202.
+func (f *fixture) send(t testing.TB, from string, body SendRequest) SendResult {
+	t.Helper()
+	r := f.call(t, req{fn: "SendMessageFunction", caller: from, method: "POST", path: "/v1/messages", body: body})
+	if r.Status != 202 {
+		t.Fatalf("send %s -> %s: %d %s", from, body.To, r.Status, r.Body)
+	}
+	var res SendResult
+	r.decode(t, &res)
+	return res
+}
+
+func (f *fixture) reply(t testing.TB, caller, taskID string, body ReplyRequest) response {
+	t.Helper()
+	return f.call(t, req{fn: "ReplyFunction", caller: caller, method: "POST", path: "/v1/tasks/" + taskID + "/messages",
+		params: map[string]string{"id": taskID}, body: body})
+}
+
+func (f *fixture) status(t testing.TB, caller, taskID string, body any) response {
+	t.Helper()
+	return f.call(t, req{fn: "UpdateTaskStatusFunction", caller: caller, method: "POST", path: "/v1/tasks/" + taskID + "/status",
+		params: map[string]string{"id": taskID}, body: body})
+}
+
+func (f *fixture) artifact(t testing.TB, caller, taskID string, body ArtifactRequest) response {
+	t.Helper()
+	return f.call(t, req{fn: "AddArtifactFunction", caller: caller, method: "POST", path: "/v1/tasks/" + taskID + "/artifacts",
+		params: map[string]string{"id": taskID}, body: body})
+}
+
+func (f *fixture) groupSend(t testing.TB, caller, groupID string, body GroupSendRequest) response {
+	t.Helper()
+	return f.call(t, req{fn: "SendGroupMessageFunction", caller: caller, method: "POST", path: "/v1/groups/" + groupID + "/messages",
+		params: map[string]string{"id": groupID}, body: body})
+}
+
+func (f *fixture) getTask(t testing.TB, caller, taskID string) response {
+	t.Helper()
+	return f.call(t, req{fn: "GetTaskFunction", caller: caller, method: "GET", path: "/v1/tasks/" + taskID, params: map[string]string{"id": taskID}})
+}
+
+func (f *fixture) inbox(t testing.TB, caller string, query map[string]string) response {
+	t.Helper()
+	return f.call(t, req{fn: "InboxFunction", caller: caller, method: "GET", path: "/v1/inbox", query: query})
+}
+
+// inboxPage reads a page and requires a 200.
+type inboxPage struct {
+	Events    []mesh.Envelope `json:"events"`
+	NextAfter int64           `json:"next_after"`
+	OldestSeq int64           `json:"oldest_seq"`
+}
+
+func (f *fixture) inboxAfter(t testing.TB, caller string, after int64) inboxPage {
+	t.Helper()
+	r := f.inbox(t, caller, map[string]string{"after": fmt.Sprint(after), "limit": "500"})
+	if r.Status != 200 {
+		t.Fatalf("inbox: %d %s", r.Status, r.Body)
+	}
+	var p inboxPage
+	r.decode(t, &p)
+	return p
+}
+
+func (f *fixture) count(t testing.TB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// dbState summarises everything a write could change except rate tokens;
+// "bad input changes nothing" compares it before and after.
+type dbState struct {
+	Tasks, Messages, Artifacts, Keys, Outbox int
+	SeqSum                                   int
+	TaskDigest                               string
+}
+
+func (f *fixture) state(t testing.TB) dbState {
+	t.Helper()
+	var s dbState
+	s.Tasks = f.count(t, "SELECT COUNT(*) FROM tasks")
+	s.Messages = f.count(t, "SELECT COUNT(*) FROM task_messages")
+	s.Artifacts = f.count(t, "SELECT COUNT(*) FROM task_artifacts")
+	s.Keys = f.count(t, "SELECT COUNT(*) FROM idempotency_keys")
+	s.Outbox = f.count(t, "SELECT COUNT(*) FROM outbox_events")
+	s.SeqSum = f.count(t, "SELECT COALESCE(SUM(last_seq), 0) FROM inbox_counters")
+	if err := f.db.QueryRow("SELECT COALESCE(GROUP_CONCAT(CONCAT(task_id, status, updated_at) ORDER BY task_id), '') FROM tasks").Scan(&s.TaskDigest); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// events returns every event of recipient in seq order, paging the inbox.
+func (f *fixture) events(t testing.TB, recipient string) []mesh.Envelope {
+	t.Helper()
+	var all []mesh.Envelope
+	for after := int64(0); ; {
+		p := f.inboxAfter(t, recipient, after)
+		if len(p.Events) == 0 {
+			return all
+		}
+		all = append(all, p.Events...)
+		after = p.NextAfter
+	}
+}

@@ -1,0 +1,324 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+)
+
+const (
+	getTaskSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at
+FROM tasks WHERE task_id = ? AND (initiator = ? OR recipient = ?)`
+	taskMessagesSQL  = `SELECT message_id, sender, parts, created_at FROM task_messages WHERE task_id = ? ORDER BY id`
+	taskArtifactsSQL = `SELECT artifact_id, name, parts, created_by, created_at FROM task_artifacts WHERE task_id = ? ORDER BY id`
+
+	// The list statements walk tasks_initiator / tasks_recipient
+	// (agent, updated_at) backwards from the cursor: newest activity first,
+	// ties broken by task_id, which the secondary index holds as its last
+	// column. "? = ''" switches an optional filter off.
+	listAsInitiatorSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks
+WHERE initiator = ? AND updated_at <= ? AND (updated_at < ? OR task_id < ?) AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+ORDER BY updated_at DESC, task_id DESC LIMIT ?`
+	listAsRecipientSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks
+WHERE recipient = ? AND updated_at <= ? AND (updated_at < ? OR task_id < ?) AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+ORDER BY updated_at DESC, task_id DESC LIMIT ?`
+	// Both roles: each branch uses its own index and stops at the limit; an
+	// agent is never both parties of one task, so UNION ALL has no duplicates.
+	listAsEitherSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM (
+(SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks
+ WHERE initiator = ? AND updated_at <= ? AND (updated_at < ? OR task_id < ?) AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+ ORDER BY updated_at DESC, task_id DESC LIMIT ?)
+UNION ALL
+(SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks
+ WHERE recipient = ? AND updated_at <= ? AND (updated_at < ? OR task_id < ?) AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+ ORDER BY updated_at DESC, task_id DESC LIMIT ?)
+) t ORDER BY updated_at DESC, task_id DESC LIMIT ?`
+)
+
+// Page sizes of GET /v1/tasks.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 200
+)
+
+// takeReadRate spends one request of the caller's budget as its own
+// autocommit statement before a read.
+func (s *Service) takeReadRate(ctx context.Context, caller string) error {
+	return identity.TakeRate(ctx, s.DB, caller, s.Clock())
+}
+
+func (s *Service) handleGetTask(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	t, err := s.GetTask(ctx, r.Caller.AgentID, r.Path("id"))
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	return httpapi.JSON(http.StatusOK, t), nil
+}
+
+// GetTask returns a task with its messages and artifacts, in the order they
+// were written. Only its two parties see it; to anyone else it is a 404.
+func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*Task, error) {
+	s.withDefaults()
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return nil, err
+	}
+	if !idPattern.MatchString(taskID) {
+		return nil, errTaskNotFound
+	}
+	// One read-only transaction: the three reads see one snapshot.
+	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	rows, err := tx.QueryContext(ctx, getTaskSQL, taskID, caller, caller)
+	if err != nil {
+		return nil, err
+	}
+	list, err := scanTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, errTaskNotFound
+	}
+	t := &list[0]
+	t.Messages, t.Artifacts = []Message{}, []Artifact{}
+	rows, err = tx.QueryContext(ctx, taskMessagesSQL, taskID)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var m Message
+		var parts string
+		if err := rows.Scan(&m.MessageID, &m.From, &parts, &m.CreatedAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		m.Parts = []byte(parts)
+		t.Messages = append(t.Messages, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, taskArtifactsSQL, taskID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a Artifact
+		var parts string
+		if err := rows.Scan(&a.ArtifactID, &a.Name, &parts, &a.CreatedBy, &a.CreatedAt); err != nil {
+			return nil, err
+		}
+		a.Parts = []byte(parts)
+		t.Artifacts = append(t.Artifacts, a)
+	}
+	return t, rows.Err()
+}
+
+func scanTasks(rows *sql.Rows) ([]Task, error) {
+	defer rows.Close()
+	out := []Task{}
+	for rows.Next() {
+		var t Task
+		var group sql.NullString
+		if err := rows.Scan(&t.TaskID, &t.ContextID, &group, &t.Initiator, &t.Recipient, &t.Status, &t.CreatedAt, &t.UpdatedAt); err != nil {
+			return nil, err
+		}
+		t.GroupID = group.String
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// ListQuery is GET /v1/tasks's query.
+type ListQuery struct {
+	Status    string // one task state, or "" for all
+	Role      string // RoleInitiator, RoleRecipient or "" for both
+	ContextID string
+	Limit     int
+	Cursor    string // next_cursor of the previous page
+}
+
+// ListResult is one page of tasks, newest activity first.
+type ListResult struct {
+	Tasks []Task `json:"tasks"`
+	// NextCursor fetches the next page; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+func (s *Service) handleListTasks(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	q := ListQuery{Status: r.Query("status"), Role: r.Query("role"), ContextID: r.Query("context_id"), Cursor: r.Query("cursor")}
+	if v := r.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be an integer from 1 to %d", MaxListLimit)
+		}
+		q.Limit = n
+	}
+	res, err := s.ListTasks(ctx, r.Caller.AgentID, q)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	return httpapi.JSON(http.StatusOK, res), nil
+}
+
+// ListTasks pages through the caller's tasks by last activity, newest first,
+// with a keyset cursor on (updated_at, task_id): pages never overlap and the
+// order is total. A task that sees activity while a client pages moves to
+// the front, so it shows up again on a fresh first page, not on later ones.
+func (s *Service) ListTasks(ctx context.Context, caller string, q ListQuery) (ListResult, error) {
+	s.withDefaults()
+	if q.Status != "" && !validState(q.Status) {
+		return ListResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "status must be one of %s", strings.Join(States, ", "))
+	}
+	if q.Role != "" && q.Role != RoleInitiator && q.Role != RoleRecipient {
+		return ListResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "role must be initiator or recipient")
+	}
+	if err := checkID("context_id", q.ContextID); err != nil {
+		return ListResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "context_id is not a valid id")
+	}
+	if q.Limit == 0 {
+		q.Limit = DefaultListLimit
+	}
+	if q.Limit < 1 || q.Limit > MaxListLimit {
+		return ListResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be from 1 to %d", MaxListLimit)
+	}
+	// Without a cursor, start after the largest possible key.
+	at, after := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), "\U0010FFFF"
+	if q.Cursor != "" {
+		var err error
+		if at, after, err = decodeCursor(q.Cursor); err != nil {
+			return ListResult{}, err
+		}
+	}
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return ListResult{}, err
+	}
+	filters := func(agent string) []any {
+		return []any{agent, at, at, after, q.Status, q.Status, q.ContextID, q.ContextID, q.Limit + 1}
+	}
+	var rows *sql.Rows
+	var err error
+	switch q.Role {
+	case RoleInitiator:
+		rows, err = s.DB.QueryContext(ctx, listAsInitiatorSQL, filters(caller)...)
+	case RoleRecipient:
+		rows, err = s.DB.QueryContext(ctx, listAsRecipientSQL, filters(caller)...)
+	default:
+		args := append(filters(caller), filters(caller)...)
+		rows, err = s.DB.QueryContext(ctx, listAsEitherSQL, append(args, q.Limit+1)...)
+	}
+	if err != nil {
+		return ListResult{}, err
+	}
+	list, err := scanTasks(rows)
+	if err != nil {
+		return ListResult{}, err
+	}
+	res := ListResult{Tasks: list}
+	if len(list) > q.Limit {
+		res.Tasks = list[:q.Limit]
+		last := res.Tasks[q.Limit-1]
+		res.NextCursor = encodeCursor(last.UpdatedAt, last.TaskID)
+	}
+	return res, nil
+}
+
+// Cursors are opaque to clients: base64url of "v1|<unix micros>|<task_id>".
+func encodeCursor(at time.Time, taskID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("v1|" + strconv.FormatInt(at.UnixMicro(), 10) + "|" + taskID))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	bad := mesh.Errorf(mesh.KindInvalid, "invalid_cursor", "cursor is not one this API returned")
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	f := strings.SplitN(string(raw), "|", 3)
+	if len(f) != 3 || f[0] != "v1" || !idPattern.MatchString(f[2]) {
+		return time.Time{}, "", bad
+	}
+	us, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || us < 0 {
+		return time.Time{}, "", bad
+	}
+	return time.UnixMicro(us).UTC(), f[2], nil
+}
+
+// ---- GET /v1/inbox ----
+
+// InboxQuery is GET /v1/inbox's query.
+type InboxQuery struct {
+	After int64
+	Limit int
+	Wait  time.Duration
+}
+
+// ParseInboxQuery reads after (a seq, default 0), limit (1-500, default 100)
+// and wait (whole seconds 0-20, default 0).
+func ParseInboxQuery(get func(string) string) (InboxQuery, error) {
+	q := InboxQuery{Limit: outbox.DefaultInboxLimit}
+	if v := get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "after must be a seq: an integer >= 0")
+		}
+		q.After = n
+	}
+	if v := get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > outbox.MaxInboxLimit {
+			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be an integer from 1 to %d", outbox.MaxInboxLimit)
+		}
+		q.Limit = n
+	}
+	if v := get("wait"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || time.Duration(n)*time.Second > outbox.MaxInboxWait {
+			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "wait must be whole seconds from 0 to %d", int(outbox.MaxInboxWait/time.Second))
+		}
+		q.Wait = time.Duration(n) * time.Second
+	}
+	return q, nil
+}
+
+func (s *Service) handleInbox(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	q, err := ParseInboxQuery(r.Query)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	page, err := s.ReadInbox(ctx, r.Caller.AgentID, q)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	return httpapi.JSON(http.StatusOK, page), nil
+}
+
+// ReadInbox returns the caller's own events after q.After; there is no way
+// to name another agent's inbox. A long poll costs one rate token.
+func (s *Service) ReadInbox(ctx context.Context, caller string, q InboxQuery) (outbox.Page, error) {
+	s.withDefaults()
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return outbox.Page{}, err
+	}
+	page, err := s.Inbox.Wait(ctx, caller, q.After, q.Limit, q.Wait)
+	if errors.Is(err, context.Canceled) {
+		return page, mesh.Errorf(mesh.KindUnavailable, "canceled", "the request was canceled")
+	}
+	return page, err
+}

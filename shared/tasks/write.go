@@ -1,0 +1,637 @@
+package tasks
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/tracing"
+)
+
+const (
+	insertIdemSQL = `INSERT INTO idempotency_keys (sender, message_id, request_hash, response, created_at) VALUES (?, ?, ?, '', ?)`
+	// readIdemSQL is the fresh locking read after a duplicate key: a locking
+	// read sees the latest committed row whatever the transaction's snapshot.
+	// It is a shared lock, not FOR UPDATE: the failed INSERT already holds a
+	// shared lock on the row, and parallel retries all upgrading to exclusive
+	// would deadlock one another.
+	readIdemSQL = `SELECT request_hash, response FROM idempotency_keys WHERE sender = ? AND message_id = ? LOCK IN SHARE MODE`
+	saveIdemSQL = `UPDATE idempotency_keys SET response = ? WHERE sender = ? AND message_id = ?`
+
+	lockTaskSQL      = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks WHERE task_id = ? FOR UPDATE`
+	insertTaskSQL    = `INSERT INTO tasks (task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	touchTaskSQL     = `UPDATE tasks SET updated_at = ? WHERE task_id = ?`
+	moveTaskSQL      = `UPDATE tasks SET status = ?, updated_at = ? WHERE task_id = ?`
+	insertMessageSQL = `INSERT INTO task_messages (task_id, message_id, sender, parts, created_at) VALUES (?, ?, ?, ?, ?)`
+	insertArtifact   = `INSERT INTO task_artifacts (task_id, artifact_id, name, parts, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?)`
+
+	memberGroupSQL  = `SELECT g.context_id FROM mesh_groups g JOIN group_members m ON m.group_id = g.group_id WHERE g.group_id = ? AND m.agent_id = ?`
+	groupOthersSQL  = `SELECT agent_id FROM group_members WHERE group_id = ? AND agent_id <> ? ORDER BY agent_id`
+	maxRowsPerWrite = 500
+	maxBytesPerStmt = 4 << 20
+)
+
+var (
+	errTaskNotFound = mesh.Errorf(mesh.KindNotFound, "task_not_found", "no such task among yours")
+	errTaskTerminal = mesh.Errorf(mesh.KindConflict, "task_terminal", "the task is finished (completed, failed, canceled or rejected)")
+	errIDConflict   = mesh.Errorf(mesh.KindConflict, "message_id_conflict", "this message_id was already used by you for a different request")
+)
+
+// writeCtx is what a write's body gets besides its transaction.
+type writeCtx struct {
+	caller    string
+	messageID string // the client's, or one minted for this request
+	now       time.Time
+	traceID   string
+}
+
+// write runs one write transaction: rate limit (first statement, so a 429
+// rolls everything back), the idempotency claim when the client named its
+// message, the body, the stored response and the commit. A retry of a
+// committed request (same sender, message_id and content) returns the
+// original response and writes nothing but its rate token.
+func (s *Service) write(ctx context.Context, caller, clientID string, hashOf any, status int,
+	body func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error)) (httpapi.Response, error) {
+	w := writeCtx{caller: caller, messageID: clientID, traceID: tracing.TraceID(ctx)}
+	if w.messageID == "" {
+		// Minted once, outside the transaction, so a deadlock retry reuses it.
+		w.messageID = newID()
+	}
+	canon, err := json.Marshal(hashOf)
+	if err != nil {
+		return httpapi.Response{}, mesh.Internal(err)
+	}
+	hash := sha256.Sum256(canon)
+	var out []byte
+	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		w.now = s.Clock()
+		if err := identity.TakeRate(ctx, tx, caller, w.now); err != nil {
+			return err
+		}
+		if clientID != "" {
+			stored, done, err := claimKey(ctx, tx, caller, clientID, hash[:], w.now)
+			if err != nil || done {
+				out = stored
+				return err
+			}
+		}
+		res, err := body(ctx, tx, w)
+		if err != nil {
+			return err
+		}
+		if out, err = json.Marshal(res); err != nil {
+			return err
+		}
+		if clientID != "" {
+			if _, err := tx.ExecContext(ctx, saveIdemSQL, string(out), caller, clientID); err != nil {
+				return err
+			}
+		}
+		if s.Failpoint != nil {
+			return s.Failpoint(ctx, FailpointBeforeCommit)
+		}
+		return nil
+	})
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	return httpapi.JSON(status, json.RawMessage(out)), nil
+}
+
+// claimKey inserts the idempotency key, which also serialises concurrent
+// retries of one request on its row. If the key exists, it returns the stored
+// response (done) or a 409 when the content differs.
+func claimKey(ctx context.Context, tx *sql.Tx, sender, messageID string, hash []byte, now time.Time) ([]byte, bool, error) {
+	_, err := tx.ExecContext(ctx, insertIdemSQL, sender, messageID, hash, now)
+	if err == nil {
+		return nil, false, nil
+	}
+	if !mysql.IsDuplicate(err) {
+		return nil, false, err
+	}
+	var stored []byte
+	var response string
+	if err := tx.QueryRowContext(ctx, readIdemSQL, sender, messageID).Scan(&stored, &response); err != nil {
+		return nil, false, err
+	}
+	if string(stored) != string(hash) {
+		return nil, false, errIDConflict
+	}
+	return []byte(response), true, nil
+}
+
+// lockTask reads a task FOR UPDATE and checks caller is one of its parties;
+// to anyone else the task does not exist.
+func lockTask(ctx context.Context, tx *sql.Tx, taskID, caller string) (*Task, error) {
+	t := &Task{}
+	var group sql.NullString
+	err := tx.QueryRowContext(ctx, lockTaskSQL, taskID).Scan(&t.TaskID, &t.ContextID, &group, &t.Initiator, &t.Recipient, &t.Status, &t.CreatedAt, &t.UpdatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errTaskNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.GroupID = group.String
+	if t.role(caller) == "" {
+		return nil, errTaskNotFound
+	}
+	return t, nil
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// event builds the outbox event of t for recipient to.
+func (w writeCtx) event(typ, to string, t *Task, body any) (outbox.Event, error) {
+	b, err := json.Marshal(body)
+	return outbox.Event{
+		Type: typ, To: to, From: w.caller, TaskID: t.TaskID, ContextID: t.ContextID, GroupID: t.GroupID,
+		MessageID: w.messageID, OccurredAt: w.now, Body: b, TraceID: w.traceID,
+	}, err
+}
+
+// ---- POST /v1/messages ----
+
+// SendRequest is the body of POST /v1/messages.
+type SendRequest struct {
+	To        string      `json:"to"`
+	Parts     []mesh.Part `json:"parts"`
+	MessageID string      `json:"message_id,omitempty"`
+	TaskID    string      `json:"task_id,omitempty"`
+	ContextID string      `json:"context_id,omitempty"`
+}
+
+// SendResult is the 202 answer of a send or a reply.
+type SendResult struct {
+	TaskID    string `json:"task_id"`
+	MessageID string `json:"message_id"`
+	ContextID string `json:"context_id"`
+	Status    string `json:"status"`
+}
+
+// hashed is what the request hash covers: the operation and everything the
+// client chose, so a reused message_id on another route or with other
+// content is a conflict.
+type hashed struct {
+	Op        string          `json:"op"`
+	To        string          `json:"to,omitempty"`
+	TaskID    string          `json:"task_id,omitempty"`
+	ContextID string          `json:"context_id,omitempty"`
+	GroupID   string          `json:"group_id,omitempty"`
+	Status    string          `json:"status,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Parts     json.RawMessage `json:"parts,omitempty"`
+}
+
+func (s *Service) handleSend(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	var req SendRequest
+	if err := r.Decode(&req); err != nil {
+		return httpapi.Response{}, err
+	}
+	return s.Send(ctx, r.Caller.AgentID, req)
+}
+
+// Send implements POST /v1/messages: a new task to req.To, or one more
+// message in req.TaskID (a task of the caller whose other party is req.To).
+//
+// Who may send to whom: only friends and group mates. An unknown recipient
+// gets the same 403 not_reachable as an existing stranger, so the route
+// does not reveal which agent ids exist.
+func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (httpapi.Response, error) {
+	s.withDefaults()
+	switch {
+	case req.To == "":
+		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to is required")
+	case !mesh.ValidAgentID(req.To):
+		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to must be an agent id (%s)", mesh.AgentIDPattern)
+	case req.To == caller:
+		return httpapi.Response{}, mesh.Errorf(mesh.KindUnprocessable, "cannot_message_self", "an agent cannot send a message to itself")
+	}
+	for _, f := range [][2]string{{"message_id", req.MessageID}, {"task_id", req.TaskID}, {"context_id", req.ContextID}} {
+		if err := checkID(f[0], f[1]); err != nil {
+			return httpapi.Response{}, err
+		}
+	}
+	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	h := hashed{Op: "send", To: req.To, TaskID: req.TaskID, ContextID: req.ContextID, Parts: parts}
+	return s.write(ctx, caller, req.MessageID, h, http.StatusAccepted, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, mesh.ErrNotReachable
+		}
+		var t *Task
+		if req.TaskID != "" {
+			if t, err = lockTask(ctx, tx, req.TaskID, caller); err != nil {
+				return nil, err
+			}
+			switch {
+			case t.other(caller) != req.To:
+				return nil, mesh.Errorf(mesh.KindUnprocessable, "recipient_mismatch", "task %s is between you and another agent, not %s", t.TaskID, req.To)
+			case req.ContextID != "" && req.ContextID != t.ContextID:
+				return nil, mesh.Errorf(mesh.KindUnprocessable, "context_mismatch", "task %s belongs to context %s", t.TaskID, t.ContextID)
+			case mesh.TerminalTaskState(t.Status):
+				return nil, errTaskTerminal
+			}
+			t.UpdatedAt = w.now
+			if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
+				return nil, err
+			}
+		} else {
+			t = &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: caller, Recipient: req.To,
+				Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
+			if t.ContextID == "" {
+				t.ContextID = newID()
+			}
+			if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nil, t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
+				return nil, err
+			}
+		}
+		return s.appendMessage(ctx, tx, w, t, parts)
+	})
+}
+
+// appendMessage stores a message of w.caller in t and its event for the
+// other party.
+func (s *Service) appendMessage(ctx context.Context, tx *sql.Tx, w writeCtx, t *Task, parts json.RawMessage) (SendResult, error) {
+	if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, w.caller, string(parts), w.now); err != nil {
+		return SendResult{}, err
+	}
+	msg := Message{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
+	ev, err := w.event(mesh.EventMessage, t.other(w.caller), t, MessageBody{Message: msg, Task: t.ref()})
+	if err != nil {
+		return SendResult{}, err
+	}
+	if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
+		return SendResult{}, err
+	}
+	return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
+}
+
+// ---- POST /v1/tasks/{id}/messages ----
+
+// ReplyRequest is the body of POST /v1/tasks/{id}/messages.
+type ReplyRequest struct {
+	Parts     []mesh.Part `json:"parts"`
+	MessageID string      `json:"message_id,omitempty"`
+}
+
+func (s *Service) handleReply(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	var req ReplyRequest
+	if err := r.Decode(&req); err != nil {
+		return httpapi.Response{}, err
+	}
+	return s.Reply(ctx, r.Caller.AgentID, r.Path("id"), req)
+}
+
+// Reply adds a message of either party to a task; it goes to the other
+// party (for a group task: back to the one who sent to the group, or to the
+// member it was sent to). It needs no friendship: taking part in the task is
+// enough, so a task can be finished after the parties drift apart.
+func (s *Service) Reply(ctx context.Context, caller, taskID string, req ReplyRequest) (httpapi.Response, error) {
+	s.withDefaults()
+	if !idPattern.MatchString(taskID) {
+		return httpapi.Response{}, errTaskNotFound
+	}
+	if err := checkID("message_id", req.MessageID); err != nil {
+		return httpapi.Response{}, err
+	}
+	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	h := hashed{Op: "reply", TaskID: taskID, Parts: parts}
+	return s.write(ctx, caller, req.MessageID, h, http.StatusAccepted, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+		t, err := lockTask(ctx, tx, taskID, caller)
+		if err != nil {
+			return nil, err
+		}
+		if mesh.TerminalTaskState(t.Status) {
+			return nil, errTaskTerminal
+		}
+		t.UpdatedAt = w.now
+		if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
+			return nil, err
+		}
+		return s.appendMessage(ctx, tx, w, t, parts)
+	})
+}
+
+// ---- POST /v1/tasks/{id}/status ----
+
+// StatusRequest is the body of POST /v1/tasks/{id}/status.
+type StatusRequest struct {
+	Status    string `json:"status"`
+	MessageID string `json:"message_id,omitempty"`
+	// Message is an optional note stored as a message of the task and
+	// carried in the status event (e.g. the question of input-required).
+	Message *struct {
+		Parts []mesh.Part `json:"parts"`
+	} `json:"message,omitempty"`
+}
+
+// StatusResult is the 200 answer of a status move.
+type StatusResult struct {
+	TaskID         string `json:"task_id"`
+	Status         string `json:"status"`
+	PreviousStatus string `json:"previous_status"`
+	MessageID      string `json:"message_id"`
+}
+
+func (s *Service) handleStatus(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	var req StatusRequest
+	if err := r.Decode(&req); err != nil {
+		return httpapi.Response{}, err
+	}
+	return s.UpdateStatus(ctx, r.Caller.AgentID, r.Path("id"), req)
+}
+
+// UpdateStatus moves a task through the state machine (see moves) and tells
+// the other party with a "status" event.
+func (s *Service) UpdateStatus(ctx context.Context, caller, taskID string, req StatusRequest) (httpapi.Response, error) {
+	s.withDefaults()
+	if !idPattern.MatchString(taskID) {
+		return httpapi.Response{}, errTaskNotFound
+	}
+	if !validState(req.Status) {
+		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_status", "status must be one of %s", strings.Join(States, ", "))
+	}
+	if err := checkID("message_id", req.MessageID); err != nil {
+		return httpapi.Response{}, err
+	}
+	var note json.RawMessage
+	if req.Message != nil {
+		var err error
+		if note, err = validateParts(req.Message.Parts, s.MaxMessageBytes); err != nil {
+			return httpapi.Response{}, err
+		}
+	}
+	h := hashed{Op: "status", TaskID: taskID, Status: req.Status, Parts: note}
+	return s.write(ctx, caller, req.MessageID, h, http.StatusOK, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+		t, err := lockTask(ctx, tx, taskID, caller)
+		if err != nil {
+			return nil, err
+		}
+		role := t.role(caller)
+		if !CanMove(role, t.Status, req.Status) {
+			return nil, mesh.Errorf(mesh.KindConflict, "illegal_transition", "the %s cannot move a task from %s to %s", role, t.Status, req.Status)
+		}
+		change := StatusChange{State: req.Status, Previous: t.Status, By: caller}
+		t.Status, t.UpdatedAt = req.Status, w.now
+		if _, err := tx.ExecContext(ctx, moveTaskSQL, t.Status, w.now, t.TaskID); err != nil {
+			return nil, err
+		}
+		if note != nil {
+			if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, caller, string(note), w.now); err != nil {
+				return nil, err
+			}
+			change.Message = &Message{MessageID: w.messageID, From: caller, Parts: note, CreatedAt: w.now}
+		}
+		ev, err := w.event(mesh.EventStatus, t.other(caller), t, StatusBody{Status: change, Task: t.ref()})
+		if err != nil {
+			return nil, err
+		}
+		if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
+			return nil, err
+		}
+		return StatusResult{TaskID: t.TaskID, Status: t.Status, PreviousStatus: change.Previous, MessageID: w.messageID}, nil
+	})
+}
+
+// ---- POST /v1/tasks/{id}/artifacts ----
+
+// ArtifactRequest is the body of POST /v1/tasks/{id}/artifacts.
+type ArtifactRequest struct {
+	Name      string      `json:"name"`
+	Parts     []mesh.Part `json:"parts"`
+	MessageID string      `json:"message_id,omitempty"`
+}
+
+// ArtifactResult is the 201 answer of an artifact upload.
+type ArtifactResult struct {
+	TaskID     string `json:"task_id"`
+	ArtifactID string `json:"artifact_id"`
+	MessageID  string `json:"message_id"`
+}
+
+func (s *Service) handleArtifact(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	var req ArtifactRequest
+	if err := r.Decode(&req); err != nil {
+		return httpapi.Response{}, err
+	}
+	return s.AddArtifact(ctx, r.Caller.AgentID, r.Path("id"), req)
+}
+
+// AddArtifact stores an output of a task. Only its recipient (the one doing
+// the work) adds artifacts, and only while the task is not terminal; the
+// initiator gets an "artifact" event.
+func (s *Service) AddArtifact(ctx context.Context, caller, taskID string, req ArtifactRequest) (httpapi.Response, error) {
+	s.withDefaults()
+	if !idPattern.MatchString(taskID) {
+		return httpapi.Response{}, errTaskNotFound
+	}
+	if req.Name == "" || len(req.Name) > 200 {
+		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact needs a name of 1-200 bytes")
+	}
+	if err := checkID("message_id", req.MessageID); err != nil {
+		return httpapi.Response{}, err
+	}
+	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	h := hashed{Op: "artifact", TaskID: taskID, Name: req.Name, Parts: parts}
+	artifactID := newID()
+	return s.write(ctx, caller, req.MessageID, h, http.StatusCreated, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+		t, err := lockTask(ctx, tx, taskID, caller)
+		if err != nil {
+			return nil, err
+		}
+		if t.role(caller) != RoleRecipient {
+			return nil, mesh.Errorf(mesh.KindForbidden, "not_task_recipient", "only the task's recipient adds artifacts")
+		}
+		if mesh.TerminalTaskState(t.Status) {
+			return nil, errTaskTerminal
+		}
+		t.UpdatedAt = w.now
+		if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, insertArtifact, t.TaskID, artifactID, req.Name, string(parts), caller, w.now); err != nil {
+			return nil, err
+		}
+		a := Artifact{ArtifactID: artifactID, Name: req.Name, Parts: parts, CreatedBy: caller, CreatedAt: w.now}
+		ev, err := w.event(mesh.EventArtifact, t.Initiator, t, ArtifactBody{Artifact: a, Task: t.ref()})
+		if err != nil {
+			return nil, err
+		}
+		if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
+			return nil, err
+		}
+		return ArtifactResult{TaskID: t.TaskID, ArtifactID: artifactID, MessageID: w.messageID}, nil
+	})
+}
+
+// ---- POST /v1/groups/{id}/messages ----
+
+// GroupSendRequest is the body of POST /v1/groups/{id}/messages.
+type GroupSendRequest struct {
+	Parts     []mesh.Part `json:"parts"`
+	MessageID string      `json:"message_id,omitempty"`
+}
+
+// GroupSendResult is the 202 answer of a group send.
+type GroupSendResult struct {
+	GroupID   string      `json:"group_id"`
+	ContextID string      `json:"context_id"`
+	MessageID string      `json:"message_id"`
+	Tasks     []GroupTask `json:"tasks"`
+}
+
+// GroupTask is the task created for one member.
+type GroupTask struct {
+	To     string `json:"to"`
+	TaskID string `json:"task_id"`
+}
+
+func (s *Service) handleGroupSend(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	var req GroupSendRequest
+	if err := r.Decode(&req); err != nil {
+		return httpapi.Response{}, err
+	}
+	return s.SendToGroup(ctx, r.Caller.AgentID, r.Path("id"), req)
+}
+
+// SendToGroup fans a message out to every other member of a group the caller
+// belongs to, in one transaction: one two-party task per member (replies go
+// back to the caller only), all in the group's context, each event carrying
+// the group id. outbox.Append locks the members' counters in ascending order,
+// so concurrent fan-outs over the same members cannot deadlock.
+func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req GroupSendRequest) (httpapi.Response, error) {
+	s.withDefaults()
+	errNoGroup := mesh.Errorf(mesh.KindNotFound, "group_not_found", "no such group among yours")
+	if !idPattern.MatchString(groupID) {
+		return httpapi.Response{}, errNoGroup
+	}
+	if err := checkID("message_id", req.MessageID); err != nil {
+		return httpapi.Response{}, err
+	}
+	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	h := hashed{Op: "group", GroupID: groupID, Parts: parts}
+	return s.write(ctx, caller, req.MessageID, h, http.StatusAccepted, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+		var contextID string
+		err := tx.QueryRowContext(ctx, memberGroupSQL, groupID, caller).Scan(&contextID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, errNoGroup // non-members do not learn whether the group exists
+		}
+		if err != nil {
+			return nil, err
+		}
+		members, err := queryStrings(ctx, tx, groupOthersSQL, groupID, caller)
+		if err != nil {
+			return nil, err
+		}
+		if len(members) == 0 {
+			return nil, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "you are the only member of this group")
+		}
+		if total := len(parts) * len(members); total > s.MaxFanoutBytes {
+			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
+				"%d bytes to %d members is %d bytes; a group send may write at most %d", len(parts), len(members), total, s.MaxFanoutBytes)
+		}
+		res := GroupSendResult{GroupID: groupID, ContextID: contextID, MessageID: w.messageID, Tasks: make([]GroupTask, len(members))}
+		tasks := make([]*Task, len(members))
+		for i, m := range members {
+			tasks[i] = &Task{TaskID: newID(), ContextID: contextID, GroupID: groupID, Initiator: caller, Recipient: m,
+				Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
+			res.Tasks[i] = GroupTask{To: m, TaskID: tasks[i].TaskID}
+		}
+		if err := insertRows(ctx, tx, insertTaskSQL, len(tasks), func(i int) ([]any, int) {
+			t := tasks[i]
+			return []any{t.TaskID, t.ContextID, t.GroupID, t.Initiator, t.Recipient, t.Status, w.now, w.now}, 0
+		}); err != nil {
+			return nil, err
+		}
+		if err := insertRows(ctx, tx, insertMessageSQL, len(tasks), func(i int) ([]any, int) {
+			return []any{tasks[i].TaskID, w.messageID, caller, string(parts), w.now}, len(parts)
+		}); err != nil {
+			return nil, err
+		}
+		msg := Message{MessageID: w.messageID, From: caller, Parts: parts, CreatedAt: w.now}
+		events := make([]outbox.Event, len(tasks))
+		for i, t := range tasks {
+			if events[i], err = w.event(mesh.EventMessage, t.Recipient, t, MessageBody{Message: msg, Task: t.ref()}); err != nil {
+				return nil, err
+			}
+		}
+		if err := outbox.Append(ctx, tx, events); err != nil {
+			return nil, err
+		}
+		return res, nil
+	})
+}
+
+// insertRows runs stmt (an INSERT ending in one VALUES tuple) as multi-row
+// INSERTs over n rows, cut at maxRowsPerWrite rows or maxBytesPerStmt bytes
+// (row reports its argument and its size).
+func insertRows(ctx context.Context, tx *sql.Tx, stmt string, n int, row func(i int) ([]any, int)) error {
+	tuple := stmt[strings.LastIndex(stmt, "VALUES ")+len("VALUES "):]
+	for start := 0; start < n; {
+		var args []any
+		rows, size := 0, 0
+		for start+rows < n && rows < maxRowsPerWrite {
+			a, sz := row(start + rows)
+			if rows > 0 && size+sz > maxBytesPerStmt {
+				break
+			}
+			args = append(args, a...)
+			size += sz
+			rows++
+		}
+		q := stmt + strings.Repeat(", "+tuple, rows-1)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+		start += rows
+	}
+	return nil
+}
+
+func queryStrings(ctx context.Context, q identity.Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
