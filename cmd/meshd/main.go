@@ -212,7 +212,10 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	default:
 		return fmt.Errorf("MESH_MODE must be auto, kafka or poll (got %q)", mode)
 	}
-	api := meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd/"+buildVersion()))
+	// Calls give up after 15 s so the daemon's own loops (which retry
+	// forever) get to log an outage promptly instead of after minutes.
+	api := meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd/"+buildVersion()),
+		meshclient.WithRetry(meshclient.RetryPolicy{Base: 200 * time.Millisecond, Max: 5 * time.Second, MaxElapsed: 15 * time.Second}))
 	return meshd.Run(ctx, meshd.Config{
 		API:          api,
 		StateDir:     dir,

@@ -38,6 +38,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first Ctrl-C starts the clean shutdown, a second one kills
+	// the process the default way.
+	go func() { <-ctx.Done(); stop() }()
 	wd, _ := os.Getwd()
 	err := localstack.Run(ctx, localstack.Options{Dir: wd, Getenv: getenv, Demo: *demo, Partial: *partial})
 	if err != nil {

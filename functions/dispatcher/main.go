@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
@@ -20,7 +19,5 @@ func main() {
 		env.Log.Error("dispatcher init failed", "err", err)
 		panic(err)
 	}
-	lambda.Start(env.Scheduled("DispatcherFunction", func(ctx context.Context) error {
-		return d.Run(ctx, 50*time.Second)
-	}))
+	lambda.Start(env.Scheduled("DispatcherFunction", d.Job))
 }

@@ -129,10 +129,15 @@ func apiEvent(routeKey string, params map[string]string, query map[string]string
 	return ev
 }
 
+// invokerFor wraps the named endpoint of s in the real middleware.
+func invokerFor(s *Service, name string) httpapi.LambdaHandler {
+	return httpapi.Lambda(s, quiet, Endpoints(s).Must(name))
+}
+
 // invoke runs the named endpoint of s through the real middleware.
 func invoke(t testing.TB, s *Service, name string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 	t.Helper()
-	resp, err := httpapi.Lambda(s, quiet, Endpoints(s).Must(name))(context.Background(), ev)
+	resp, err := invokerFor(s, name)(context.Background(), ev)
 	if err != nil {
 		t.Fatalf("%s returned a Go error: %v", name, err)
 	}

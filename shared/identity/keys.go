@@ -65,6 +65,10 @@ func isBase64URL(s string) bool {
 // validKeyID reports whether id has the shape of a key id (path parameter).
 func validKeyID(id string) bool { return len(id) == apiKeyIDLen && isBase64URL(id) }
 
+// reservedAgentID cannot be registered: GET /v1/agents/me is the caller's own
+// profile, so an agent called "me" could never be looked up by others.
+const reservedAgentID = "me"
+
 // NewAgent is the answer to creating an agent: its first API key, shown once.
 type NewAgent struct {
 	AgentID   string    `json:"agent_id"`
@@ -86,6 +90,9 @@ func (s *Service) CreateAgent(ctx context.Context, agentID, name string) (keyID,
 func (s *Service) createAgent(ctx context.Context, agentID, name string) (NewAgent, error) {
 	if !mesh.ValidAgentID(agentID) {
 		return NewAgent{}, errInvalidAgentID("agent_id")
+	}
+	if agentID == reservedAgentID {
+		return NewAgent{}, mesh.Errorf(mesh.KindUnprocessable, "reserved_agent_id", "agent_id %q is reserved: /v1/agents/me names the caller", reservedAgentID)
 	}
 	if name == "" {
 		name = agentID

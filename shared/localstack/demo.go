@@ -54,7 +54,7 @@ func (d *demo) agents(ctx context.Context) (*demoCreds, error) {
 			how = append(how, a.ID+" created")
 			creds.Created = true
 		case status == http.StatusConflict:
-			if status, code, err = d.admin(ctx, http.MethodPost, "/v1/admin/agents/"+url.PathEscape(a.ID)+"/keys", struct{}{}, &res); err != nil {
+			if status, code, err = d.admin(ctx, http.MethodPost, "/v1/admin/agents/"+url.PathEscape(a.ID)+"/keys", map[string]bool{"revoke_existing": true}, &res); err != nil {
 				return nil, err
 			}
 			if status/100 != 2 {

@@ -1,9 +1,7 @@
 package localstack
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
@@ -17,10 +15,6 @@ type Deps struct {
 	// Dispatcher drains the outbox into Kafka (DispatcherFunction).
 	Dispatcher *outbox.Dispatcher
 }
-
-// DispatcherBudget is how long one scheduled dispatcher run keeps draining;
-// the same value functions/dispatcher uses.
-const DispatcherBudget = 50 * time.Second
 
 // NewRegistry is the one place that says which handler and which job the
 // local stack runs for each function of template.yaml. It collects the same
@@ -56,7 +50,7 @@ func NewRegistry(env *app.Env, deps Deps) (Registry, error) {
 	}
 	if d := deps.Dispatcher; d != nil {
 		// functions/dispatcher runs the same call.
-		addJob("DispatcherFunction", func(ctx context.Context) error { return d.Run(ctx, DispatcherBudget) })
+		addJob("DispatcherFunction", d.Job)
 	}
 
 	if len(dup) > 0 {

@@ -47,11 +47,10 @@ type Client struct {
 	clock     mesh.Clock
 	log       *slog.Logger
 
-	mu      sync.Mutex // guards tok and tokExp; held while fetching so refreshes coalesce
-	tok     *Token
-	tokExp  time.Time
-	tokTTL  time.Duration
-	fetches int // token fetches, for tests of the cache
+	mu     sync.Mutex // guards tok and tokExp; held while fetching so refreshes coalesce
+	tok    *Token
+	tokExp time.Time
+	tokTTL time.Duration
 }
 
 // RetryPolicy bounds retries of one call.
@@ -63,13 +62,18 @@ type RetryPolicy struct {
 	// sleep is drawn uniformly from [d/2, d] so many clients do not retry in
 	// lockstep.
 	Base, Max time.Duration
-	// MaxElapsed caps the total time of one call when the context has no
-	// deadline, so a retrying call can never hang forever.
+	// MaxElapsed caps the total time of one call (plus its long-poll wait)
+	// when the context has no deadline, so a retrying call never hangs
+	// forever.
 	MaxElapsed time.Duration
+	// AttemptTimeout bounds one attempt beyond its long-poll wait, so a
+	// server that accepts a connection and never answers costs one retry,
+	// not the whole budget. Default 30 s.
+	AttemptTimeout time.Duration
 }
 
 // DefaultRetry is the policy New uses.
-var DefaultRetry = RetryPolicy{MaxAttempts: 0, Base: 200 * time.Millisecond, Max: 10 * time.Second, MaxElapsed: 2 * time.Minute}
+var DefaultRetry = RetryPolicy{Base: 200 * time.Millisecond, Max: 10 * time.Second, MaxElapsed: 2 * time.Minute, AttemptTimeout: 30 * time.Second}
 
 // Option configures a Client.
 type Option func(*Client)
@@ -200,7 +204,6 @@ func (c *Client) fetchTokenLocked(ctx context.Context) (Token, error) {
 	if _, err := t.Key(); err != nil {
 		return Token{}, err
 	}
-	c.fetches++
 	c.tok = &t
 	c.tokTTL = time.Duration(t.ExpiresIn) * time.Second
 	c.tokExp = c.clock().Add(c.tokTTL)
@@ -349,7 +352,7 @@ func (c *Client) Inbox(ctx context.Context, after int64, limit int, wait time.Du
 		q.Set("wait", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 	}
 	var page InboxPage
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inbox", query: q, auth: true, retry: true, attemptTimeout: wait + 30*time.Second}, &page)
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inbox", query: q, auth: true, retry: true, longPoll: wait}, &page)
 	return page, err
 }
 
@@ -427,8 +430,9 @@ type call struct {
 	// protected by message_id); every call of this API is. An unsafe call
 	// would still retry on 429 and on connections that never reached the
 	// server.
-	retry          bool
-	attemptTimeout time.Duration
+	retry bool
+	// longPoll is how long the server may legitimately hold the request.
+	longPoll time.Duration
 }
 
 // do performs c with retries, decoding a 2xx JSON answer into out (if
@@ -445,8 +449,9 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		}
 	}
 	if _, ok := ctx.Deadline(); !ok && c.retry.MaxElapsed > 0 {
+		// A long-poll's own wait does not count against the retry budget.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.retry.MaxElapsed)
+		ctx, cancel = context.WithTimeout(ctx, c.retry.MaxElapsed+cl.longPoll)
 		defer cancel()
 	}
 	refreshed := false
@@ -462,6 +467,9 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		err := c.once(ctx, cl, body, bearer, out)
 		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil {
+			return err // the caller's deadline or cancellation, not the server's
 		}
 		var ae *APIError
 		if cl.auth && !refreshed && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
@@ -507,9 +515,6 @@ func (c *Client) retryable(err error, safe bool) (time.Duration, bool) {
 		}
 		return 0, false
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return 0, false
-	}
 	var derr *decodeError
 	if errors.As(err, &derr) {
 		return 0, false
@@ -548,11 +553,12 @@ func (e *decodeError) Unwrap() error { return e.err }
 const maxBody = 64 << 20
 
 func (c *Client) once(ctx context.Context, cl call, body []byte, bearer string, out any) error {
-	if cl.attemptTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cl.attemptTimeout)
-		defer cancel()
+	timeout := c.retry.AttemptTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+cl.longPoll)
+	defer cancel()
 	u := *c.base
 	u.Path = strings.TrimRight(u.Path, "/") + cl.path
 	u.RawQuery = cl.query.Encode()

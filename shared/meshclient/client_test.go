@@ -458,6 +458,40 @@ func TestRetriesStopAtTheContextDeadline(t *testing.T) {
 	}
 }
 
+func TestAttemptTimeoutsAndLongPolls(t *testing.T) {
+	t.Run("an attempt the server never answers is abandoned and retried", func(t *testing.T) {
+		f, srv := newFakeAPI(t)
+		f.routes["POST /v1/agents/me/heartbeat"] = script(
+			func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+			func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, 200, HeartbeatResult{Status: "active", LastSeq: 1})
+			},
+		)
+		c := New(srv.URL, "amk_good", WithRetry(RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxElapsed: 10 * time.Second, AttemptTimeout: 200 * time.Millisecond}))
+		hb, err := c.Heartbeat(context.Background(), "i", nil)
+		if err != nil || hb.LastSeq != 1 {
+			t.Fatalf("hb %+v err %v", hb, err)
+		}
+		if n := f.count("POST /v1/agents/me/heartbeat"); n != 2 {
+			t.Errorf("attempts = %d, want 2", n)
+		}
+	})
+	t.Run("a long-poll may outlast the retry budget and the attempt timeout", func(t *testing.T) {
+		f, srv := newFakeAPI(t)
+		f.routes["GET /v1/inbox"] = func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(700 * time.Millisecond) // the server holds the poll
+			writeJSON(w, 200, InboxPage{Events: []mesh.Envelope{}, NextAfter: 0, OldestSeq: 1})
+		}
+		c := New(srv.URL, "amk_good", WithRetry(RetryPolicy{Base: time.Millisecond, MaxElapsed: 300 * time.Millisecond, AttemptTimeout: 300 * time.Millisecond}))
+		if _, err := c.Inbox(context.Background(), 0, 10, time.Second); err != nil {
+			t.Fatalf("the long-poll was cut short: %v", err)
+		}
+		if n := f.count("GET /v1/inbox"); n != 1 {
+			t.Errorf("attempts = %d, want 1", n)
+		}
+	})
+}
+
 func TestInboxSendsTheCursorAndDecodesEnvelopes(t *testing.T) {
 	f, srv := newFakeAPI(t)
 	var gotQuery string

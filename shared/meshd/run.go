@@ -168,6 +168,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r.handled.Store(r.state.LastSeq)
 	r.flushed = cfg.Clock()
+	if err := r.firstHeartbeat(ctx); err != nil {
+		return err
+	}
 
 	consumer, part, err := r.chooseMode(ctx, tok)
 	if err != nil {
@@ -227,6 +230,9 @@ func (r *runner) initialToken(ctx context.Context) (meshclient.Token, error) {
 		}
 		if fatal(err) {
 			return meshclient.Token{}, fmt.Errorf("meshd: cannot get a token: %w", err)
+		}
+		if ctx.Err() != nil {
+			return meshclient.Token{}, nil
 		}
 		r.log.Warn("mesh API unreachable; retrying", "api", r.cfg.API.BaseURL(), "err", err)
 		if !r.sleep(ctx, attempt) {
@@ -652,12 +658,39 @@ func (r *runner) pollLoop(ctx context.Context) error {
 	}
 }
 
-// heartbeats reports presence every HeartbeatEvery, starting at once, and
-// records the API's newest seq for stall detection.
+// firstHeartbeat announces the agent before delivery starts and checks the
+// state against the mesh: inbox seqs never go back, so an inbox that ends
+// below what the state says was handled is another mesh (or a database that
+// was reset), and trusting the state would silently skip its events.
+func (r *runner) firstHeartbeat(ctx context.Context) error {
+	res, err := r.cfg.API.Heartbeat(ctx, r.cfg.InstanceID, map[string]any{"last_seq": r.state.LastSeq, "starting": true})
+	if err != nil {
+		if fatal(err) {
+			return fmt.Errorf("meshd: heartbeat refused: %w", err)
+		}
+		r.log.Warn("heartbeat failed", "err", err)
+		return nil
+	}
+	if res.LastSeq < r.state.LastSeq {
+		return fmt.Errorf("meshd: state file %s says seq %d was handled but this mesh's inbox for %q ends at seq %d: the state belongs to another mesh or the database was reset; move the file away to start over",
+			StatePath(r.cfg.StateDir, r.agentID), r.state.LastSeq, r.agentID, res.LastSeq)
+	}
+	r.serverLast.Store(res.LastSeq)
+	return nil
+}
+
+// heartbeats reports presence every HeartbeatEvery (the first beat was
+// sent by firstHeartbeat) and records the API's newest seq for stall
+// detection.
 func (r *runner) heartbeats(ctx context.Context) {
 	t := time.NewTicker(r.cfg.HeartbeatEvery)
 	defer t.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		stats := map[string]any{"last_seq": r.handled.Load(), "mode": r.mode}
 		res, err := r.cfg.API.Heartbeat(ctx, r.cfg.InstanceID, stats)
 		if err != nil && ctx.Err() == nil {
@@ -671,11 +704,6 @@ func (r *runner) heartbeats(ctx context.Context) {
 					r.log.Warn("could not refresh the token after a key rotation", "err", err)
 				}
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }

@@ -680,6 +680,27 @@ func TestRunRefusesWhatRetryingCannotFix(t *testing.T) {
 			t.Fatal("Run did not refuse the state file")
 		}
 	})
+	t.Run("a state ahead of the mesh's inbox is refused, not trusted", func(t *testing.T) {
+		f := newFixture(t, false)
+		f.api.add(mesh.EventMessage, "alice", "m1")
+		if err := meshd.SaveState(f.dir, meshd.State{AgentID: "bob", LastSeq: 7, Offset: -1}); err != nil {
+			t.Fatal(err)
+		}
+		h := newRecorder()
+		r := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll })
+		select {
+		case err := <-r.done:
+			r.done <- err
+			if err == nil || !strings.Contains(err.Error(), "belongs to another mesh") {
+				t.Errorf("err = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run trusted a state from another mesh")
+		}
+		if len(h.handled()) != 0 {
+			t.Errorf("handled %v", h.handled())
+		}
+	})
 	t.Run("a second meshd on the same state dir is refused", func(t *testing.T) {
 		f := newFixture(t, false)
 		h := newRecorder()

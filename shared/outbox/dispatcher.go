@@ -368,3 +368,12 @@ func (d *Dispatcher) Validate() error {
 	}
 	return nil
 }
+
+// ScheduledBudget is how long one scheduled invocation keeps draining: most
+// of the one-minute schedule, so delivery is near-continuous without two runs
+// of one schedule overlapping.
+const ScheduledBudget = 50 * time.Second
+
+// Job is the scheduled unit of work of the DispatcherFunction, the same in
+// Lambda and in the local stack.
+func (d *Dispatcher) Job(ctx context.Context) error { return d.Run(ctx, ScheduledBudget) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -107,7 +106,7 @@ func (j Janitor) RunOnce(ctx context.Context) (deleted int, more bool, err error
 		return 0, false, nil
 	}
 	args := append(ids, cutoff)
-	res, err := j.DB.ExecContext(ctx, strings.Replace(deleteSettled, "IN (?)", "IN ("+placeholders(len(ids))+")", 1), args...)
+	res, err := j.DB.ExecContext(ctx, expand(deleteSettled, len(ids)), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("outbox: janitor delete: %w", err)
 	}

@@ -45,10 +45,27 @@ func NewEventID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
+// The statements of Append are complete literals; at run time only their
+// placeholder lists grow (expand).
+const (
+	// lockCountersSQL bumps and locks a chunk of counters. The range
+	// optimizer reads an IN list in key order, and FORCE INDEX keeps it on
+	// that range: on a small table the optimizer would rather scan the whole
+	// index, locking every counter of the mesh, not just the recipients'.
+	lockCountersSQL = `UPDATE inbox_counters FORCE INDEX (PRIMARY) SET last_seq = last_seq + CASE recipient WHEN ? THEN ? END
+WHERE recipient IN (?) ORDER BY recipient`
+	readCountersSQL = `SELECT c.recipient, c.last_seq, a.key_epoch FROM inbox_counters c JOIN agents a ON a.agent_id = c.recipient WHERE c.recipient IN (?)`
+	insertEventsSQL = `INSERT INTO outbox_events
+(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	maxCounterChunk = 500
+)
+
 // Append assigns seqs and inserts events in tx. Counters are locked with one
-// UPDATE per batch over the sorted recipient set, so every transaction locks
+// UPDATE per chunk of the sorted recipient set, so every transaction locks
 // counter rows in ascending key order and two fan-outs cannot deadlock.
-// Events for one recipient keep their slice order.
+// Events for one recipient keep their slice order. An unknown recipient is a
+// 404 agent_not_found (the caller's transaction should roll back).
 func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 	if len(events) == 0 {
 		return nil
@@ -66,30 +83,25 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 	// Lock and bump the counters in key order, in chunks to bound statement size.
 	next := map[string]int64{}
 	epochs := map[string]int{}
-	for start := 0; start < len(recipients); start += 500 {
-		chunk := recipients[start:min(start+500, len(recipients))]
+	for start := 0; start < len(recipients); start += maxCounterChunk {
+		chunk := recipients[start:min(start+maxCounterChunk, len(recipients))]
 		args := make([]any, 0, len(chunk)*3)
-		var caseSQL strings.Builder
 		for _, r := range chunk {
-			caseSQL.WriteString(" WHEN ? THEN ?")
 			args = append(args, r, count[r])
 		}
-		in := placeholders(len(chunk))
-		for _, r := range chunk {
-			args = append(args, r)
+		in := make([]any, len(chunk))
+		for i, r := range chunk {
+			in[i] = r
 		}
-		res, err := tx.ExecContext(ctx, "UPDATE inbox_counters SET last_seq = last_seq + CASE recipient"+caseSQL.String()+" END WHERE recipient IN ("+in+") ORDER BY recipient", args...)
+		args = append(args, in...)
+		res, err := tx.ExecContext(ctx, expand(lockCountersSQL, len(chunk)), args...)
 		if err != nil {
 			return fmt.Errorf("outbox: lock counters: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n != int64(len(chunk)) {
 			return mesh.Errorf(mesh.KindNotFound, "agent_not_found", "a recipient does not exist")
 		}
-		rargs := make([]any, len(chunk))
-		for i, r := range chunk {
-			rargs[i] = r
-		}
-		rows, err := tx.QueryContext(ctx, "SELECT c.recipient, c.last_seq, a.key_epoch FROM inbox_counters c JOIN agents a ON a.agent_id = c.recipient WHERE c.recipient IN ("+in+")", rargs...)
+		rows, err := tx.QueryContext(ctx, expand(readCountersSQL, len(chunk)), in...)
 		if err != nil {
 			return err
 		}
@@ -118,17 +130,14 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 		}
 	}
 	// Multi-row inserts in chunks: a 1,000-member fan-out is a few statements.
-	// A chunk is also cut by body bytes so a statement stays far below
-	// max_allowed_packet (16 MiB on MariaDB, 64 MiB on Aurora) even when
-	// every body is a maximal message.
+	// A chunk is also cut by body bytes to bound the memory and the size of
+	// one statement when every body is a maximal message.
 	const cols = 13
 	for start, end := 0, 0; start < len(events); start = end {
 		end = chunkEnd(events, start, maxInsertRows, maxInsertBytes)
 		chunk := events[start:end]
 		args := make([]any, 0, len(chunk)*cols)
-		rowsSQL := make([]string, len(chunk))
-		for i, e := range chunk {
-			rowsSQL[i] = "(" + placeholders(cols) + ")"
+		for _, e := range chunk {
 			var group any
 			if e.GroupID != "" {
 				group = e.GroupID
@@ -140,14 +149,31 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 			args = append(args, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
 				e.MessageID, epochs[e.To], string(e.Body), trace, e.OccurredAt)
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO outbox_events
-(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at)
-VALUES `+strings.Join(rowsSQL, ","), args...)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, expand(insertEventsSQL, len(chunk)), args...); err != nil {
 			return fmt.Errorf("outbox: insert: %w", err)
 		}
 	}
 	return nil
+}
+
+// expand grows the placeholder lists of stmt for n items: "WHEN ? THEN ?"
+// and "IN (?)" n times, and a trailing VALUES tuple n times. The statement
+// stays a complete, parseable literal in the source.
+func expand(stmt string, n int) string {
+	if n <= 1 {
+		return stmt
+	}
+	if strings.Contains(stmt, "WHEN ? THEN ?") {
+		stmt = strings.Replace(stmt, "WHEN ? THEN ?", strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", n), " "), 1)
+	}
+	if strings.Contains(stmt, "IN (?)") {
+		return strings.Replace(stmt, "IN (?)", "IN ("+placeholders(n)+")", 1)
+	}
+	if i := strings.LastIndex(stmt, "VALUES "); i >= 0 {
+		tuple := stmt[i+len("VALUES "):]
+		return stmt + strings.Repeat(", "+tuple, n-1)
+	}
+	return stmt
 }
 
 // Limits of one multi-row INSERT of outbox rows.

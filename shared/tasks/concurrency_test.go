@@ -239,6 +239,7 @@ func TestCrashBeforeCommitLeavesNoTrace(t *testing.T) {
 	if err := counterLocked(f, "bob"); err == nil {
 		t.Fatal("bob's counter is not locked: the writer is not between its inserts and its commit")
 	}
+	t.Logf("writer pid %d is at the failpoint holding bob's counter; sending SIGKILL", cmd.Process.Pid)
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}

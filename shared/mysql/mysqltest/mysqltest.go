@@ -32,6 +32,16 @@ func ServerDSN() string {
 // tests that start other processes against it).
 func New(t testing.TB) (*mysql.DB, string) {
 	t.Helper()
+	db, dsn := Empty(t)
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return db, dsn
+}
+
+// Empty is New without the migrations: for tests of the migration path itself.
+func Empty(t testing.TB) (*mysql.DB, string) {
+	t.Helper()
 	ctx := context.Background()
 	cfg, err := gomysql.ParseDSN(ServerDSN())
 	if err != nil {
@@ -61,8 +71,5 @@ func New(t testing.TB) (*mysql.DB, string) {
 		_, _ = admin.ExecContext(context.Background(), "DROP DATABASE "+name)
 		admin.Close()
 	})
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
 	return db, dsn
 }

@@ -1,0 +1,106 @@
+package tasks
+
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The scanner, list and task statements must use their indexes on a table
+// of many tasks of many agents: no table or full index scans.
+func TestQueriesUseTheirIndexes(t *testing.T) {
+	f := newFixture(t)
+	agents := memberIDs("x", 50)
+	f.agents(t, agents...)
+	f.group(t, "grp", "ctx-grp", agents...)
+	var args []any
+	const n = 3000
+	for i := range n {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		args = append(args, fmt.Sprintf("task-%05d", i), "ctx", agents[i%50], agents[(i+1)%50], States[i%len(States)], at, at)
+		if len(args) == 7*500 {
+			if _, err := f.db.Exec(multiRow("INSERT INTO tasks (task_id, context_id, initiator, recipient, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)", 500), args...); err != nil {
+				t.Fatal(err)
+			}
+			args = nil
+		}
+	}
+	if _, err := f.db.Exec("ANALYZE TABLE tasks, group_members"); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := t0.Add(time.Hour)
+	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name  string
+		query string
+		args  []any
+		keys  []string
+	}{
+		{"the scanner's candidates come from tasks_idle", idleCandidatesSQL, []any{"working", cutoff, 200}, []string{"tasks_idle"}},
+		{"the scanner locks candidates by primary key", inList(lockIdleSQL, 3), []any{"task-00001", "task-00002", "task-00003", cutoff}, []string{"PRIMARY"}},
+		{"the failing update goes by primary key", inList(failTasksSQL, 2), []any{cutoff, "task-00001", "task-00002"}, []string{"PRIMARY"}},
+		{"a task is read by primary key", getTaskSQL, []any{"task-00010", "x0010", "x0010"}, []string{"PRIMARY"}},
+		{"a task is locked by primary key", lockTaskSQL, []any{"task-00010"}, []string{"PRIMARY"}},
+		{"listing as initiator walks tasks_initiator", listAsInitiatorSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51}, []string{"tasks_initiator"}},
+		{"listing as recipient walks tasks_recipient", listAsRecipientSQL, []any{"x0007", far, far, "\U0010FFFF", "working", "working", "", "", 51}, []string{"tasks_recipient"}},
+		{"listing as either walks both", listAsEitherSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51, "x0007", far, far, "\U0010FFFF", "", "", "", "", 51, 51},
+			[]string{"", "tasks_initiator", "tasks_recipient"}},
+		{"group membership is a primary key lookup", memberGroupSQL, []any{"grp", "x0001"}, []string{"PRIMARY", "PRIMARY"}},
+		{"group members are a primary key range", groupOthersSQL, []any{"grp", "x0001"}, []string{"PRIMARY"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			plans := explain(t, f.db.DB, c.query, c.args...)
+			var keys []string
+			for _, p := range plans {
+				if p.typ == "ALL" && p.table != "" && !strings.HasPrefix(p.table, "<") || p.typ == "index" {
+					t.Fatalf("a scan in %+v", plans)
+				}
+				keys = append(keys, p.key)
+			}
+			if fmt.Sprint(keys) != fmt.Sprint(c.keys) {
+				t.Fatalf("keys %v, want %v (plan %+v)", keys, c.keys, plans)
+			}
+		})
+	}
+}
+
+type planRow struct{ table, typ, key, extra string }
+
+func explain(t *testing.T, db *sql.DB, query string, args ...any) []planRow {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []planRow
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		var p planRow
+		for i, c := range cols {
+			switch strings.ToLower(c) {
+			case "table":
+				p.table = vals[i].String
+			case "type":
+				p.typ = vals[i].String
+			case "key":
+				p.key = vals[i].String
+			case "extra":
+				p.extra = vals[i].String
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
