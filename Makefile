@@ -42,7 +42,7 @@ services-up:
 services-down:
 	@infra/services.sh down
 
-## build: every function as an arm64 Lambda bootstrap under .aws-sam-free dist/
+## build: every function as an arm64 Lambda bootstrap under dist/<name>/bootstrap
 build:
 	@for f in $(FUNCTIONS); do \
 	  echo "==> $$f"; \
@@ -54,6 +54,11 @@ build:
 build-%:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) \
 	  -o $(ARTIFACTS_DIR)/bootstrap ./functions/$$(echo '$*' | sed -E 's/Function$$//; s/([a-z0-9])([A-Z])/\1-\2/g' | tr 'A-Z' 'a-z')
+
+## invoke: run one built function under aws-lambda-rie with its sample event: make invoke FN=health [EVENT=events/health.json]
+invoke:
+	@test -n "$(FN)" || { echo "usage: make invoke FN=<dir under functions/, e.g. health> [EVENT=events/<name>.json]" >&2; exit 2; }
+	@infra/with-services.sh infra/rie.sh functions/$(FN) $(or $(EVENT),events/$(FN).json)
 
 clean:
 	rm -rf dist .aws-sam

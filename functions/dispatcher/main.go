@@ -9,12 +9,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 )
 
 func main() {
 	env := app.MustLoad()
-	d, err := outbox.NewKafkaDispatcher(context.Background(), env.DB, env.Config, env.Log)
+	d, err := dispatch.NewKafkaDispatcher(context.Background(), env.DB, env.Config, env.Log)
 	if err != nil {
 		env.Log.Error("dispatcher init failed", "err", err)
 		panic(err)

@@ -20,13 +20,13 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/localstack"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
-	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
@@ -67,7 +67,7 @@ func TestWalkingSkeleton(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.DB.Close()
-	disp, err := outbox.NewKafkaDispatcher(ctx, env.DB, cfg, log)
+	disp, err := dispatch.NewKafkaDispatcher(ctx, env.DB, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,8 +127,10 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, spec TopicSpec) (int32, er
 func Partitions(ctx context.Context, cl *kgo.Client, topic string) (int32, error) {
 	adm := kadm.NewClient(cl)
 	var lastErr error
-	// Metadata can lag a fresh CreateTopics for a moment.
-	for i := 0; i < 50; i++ {
+	// Metadata can lag a fresh CreateTopics, more so on a loaded machine.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
 		td, err := adm.ListTopics(ctx, topic)
 		if err == nil {
 			if t, ok := td[topic]; ok && t.Err == nil && len(t.Partitions) > 0 {
@@ -140,11 +142,10 @@ func Partitions(ctx context.Context, cl *kgo.Client, topic string) (int32, error
 		lastErr = err
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, fmt.Errorf("kafka: topic %s not found: %v", topic, lastErr)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return 0, fmt.Errorf("kafka: topic %s not found: %v", topic, lastErr)
 }
 
 func ptr(s string) *string { return &s }

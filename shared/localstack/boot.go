@@ -22,9 +22,9 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/metrics"
-	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
 // Defaults of the local mesh.
@@ -211,11 +211,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	disp, err := outbox.NewKafkaDispatcher(ctx, env.DB, cfg, log)
+	disp, err := dispatch.NewKafkaDispatcher(ctx, env.DB, cfg, log)
 	if err != nil {
 		return fmt.Errorf("dispatcher: %v", err)
 	}
-	if kp, ok := disp.Publisher.(outbox.KafkaPublisher); ok {
+	if kp, ok := disp.Publisher.(dispatch.KafkaPublisher); ok {
 		cleanups = append(cleanups, func() { kp.Client.Close() })
 	}
 	reg, err := NewRegistry(env, Deps{Dispatcher: disp})

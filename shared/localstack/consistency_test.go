@@ -23,8 +23,8 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
-	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
 // repoTemplate loads the repository's template.yaml.
@@ -217,11 +217,11 @@ func newRegistryEnv(t *testing.T) (*app.Env, Deps) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.DB.Close() })
-	d, err := outbox.NewKafkaDispatcher(ctx, e.DB, cfg, e.Log)
+	d, err := dispatch.NewKafkaDispatcher(ctx, e.DB, cfg, e.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kp, ok := d.Publisher.(outbox.KafkaPublisher); ok {
+	if kp, ok := d.Publisher.(dispatch.KafkaPublisher); ok {
 		t.Cleanup(kp.Client.Close)
 	}
 	return e, Deps{Dispatcher: d}

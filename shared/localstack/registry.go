@@ -4,16 +4,16 @@ import (
 	"fmt"
 
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
-	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // Deps are the long-lived clients the scheduled jobs need beyond app.Env.
 type Deps struct {
 	// Dispatcher drains the outbox into Kafka (DispatcherFunction).
-	Dispatcher *outbox.Dispatcher
+	Dispatcher *dispatch.Dispatcher
 }
 
 // NewRegistry is the one place that says which handler and which job the

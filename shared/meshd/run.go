@@ -439,7 +439,7 @@ func (r *runner) open(ctx context.Context, env mesh.Envelope) (mesh.Envelope, er
 	if err == nil && env.KeyEpoch == tok.KeyEpoch && env.Sealed != "" {
 		key, kerr := tok.Key()
 		if kerr == nil {
-			body, oerr := seal.Open(key, env.Sealed, seal.AAD(env.EventID, env.To))
+			body, oerr := seal.Open(key, env.Sealed, seal.AAD(env))
 			if oerr == nil {
 				env.Body, env.Sealed = body, ""
 				return env, nil

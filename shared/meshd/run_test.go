@@ -69,7 +69,7 @@ func newFixture(t *testing.T, withKafka bool) *fixture {
 // record seals env like the dispatcher does (key = recipient).
 func (f *fixture) record(env mesh.Envelope) *kgo.Record {
 	f.t.Helper()
-	sealed, err := f.sealer.Seal(env.To, env.KeyEpoch, env.Body, seal.AAD(env.EventID, env.To))
+	sealed, err := f.sealer.Seal(env.To, env.KeyEpoch, env.Body, seal.AAD(env))
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -116,4 +117,13 @@ func errNumber(err error) uint16 {
 		return me.Number
 	}
 	return 0
+}
+
+// Placeholders returns "?,?,…" with n marks, for IN lists and multi-row
+// VALUES built from a fixed statement shape.
+func Placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?,", n-1) + "?"
 }

@@ -1,7 +1,9 @@
 // Package outbox writes events for recipients inside the caller's
-// transaction, each with a gapless per-recipient seq, and drains them to Kafka
-// in seq order (dispatcher.go). MySQL stays the source of truth: the same rows
-// serve GET /v1/inbox.
+// transaction, each with a gapless per-recipient seq (Append), reads them back
+// for GET /v1/inbox (Read, Inbox) and deletes settled rows after the
+// retention (Janitor). Package dispatch drains the same rows to Kafka in seq
+// order; MySQL stays the source of truth. This package links no Kafka code,
+// so every HTTP function may use it.
 package outbox
 
 import (

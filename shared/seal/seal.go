@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 // KeySize is the size of master and derived keys.
@@ -80,8 +83,13 @@ func Open(key []byte, sealed string, aad []byte) ([]byte, error) {
 	return pt, nil
 }
 
-// AAD is the associated data binding a sealed body to its envelope.
-func AAD(eventID, to string) []byte { return []byte(eventID + "|" + to) }
+// AAD is the associated data binding a sealed body to the clear fields of
+// its envelope: whoever can write to the topic cannot move a body to another
+// seq, sender, task or type without the recipient noticing.
+func AAD(env mesh.Envelope) []byte {
+	return []byte(strings.Join([]string{"v1", env.EventID, env.To, strconv.FormatInt(env.Seq, 10), env.Type,
+		env.From, env.TaskID, env.ContextID, env.GroupID, env.MessageID, strconv.Itoa(env.KeyEpoch)}, "|"))
+}
 
 func newAEAD(key []byte) (cipher.AEAD, error) {
 	block, err := aes.NewCipher(key)

@@ -23,9 +23,15 @@ type Task struct {
 	Status    string    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
-	// Messages and Artifacts are filled by GET /v1/tasks/{id} only.
-	Messages  []Message  `json:"messages,omitempty"`
-	Artifacts []Artifact `json:"artifacts,omitempty"`
+}
+
+// TaskDetail is a task with its history, as GET /v1/tasks/{id} returns it.
+type TaskDetail struct {
+	Task
+	// Messages in the order they were written, status notes included.
+	Messages []Message `json:"messages"`
+	// Artifacts in the order they were added.
+	Artifacts []Artifact `json:"artifacts"`
 }
 
 // other returns the party of t that is not agentID.

@@ -67,13 +67,13 @@ func (s *Service) handleGetTask(ctx context.Context, r *httpapi.Request) (httpap
 
 // GetTask returns a task with its messages and artifacts, in the order they
 // were written. Only its two parties see it; to anyone else it is a 404.
-func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*Task, error) {
+func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*TaskDetail, error) {
 	s.withDefaults()
-	if err := s.takeReadRate(ctx, caller); err != nil {
-		return nil, err
-	}
 	if !idPattern.MatchString(taskID) {
 		return nil, errTaskNotFound
+	}
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return nil, err
 	}
 	// One read-only transaction: the three reads see one snapshot.
 	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -92,8 +92,7 @@ func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*Task, er
 	if len(list) == 0 {
 		return nil, errTaskNotFound
 	}
-	t := &list[0]
-	t.Messages, t.Artifacts = []Message{}, []Artifact{}
+	t := &TaskDetail{Task: list[0], Messages: []Message{}, Artifacts: []Artifact{}}
 	rows, err = tx.QueryContext(ctx, taskMessagesSQL, taskID)
 	if err != nil {
 		return nil, err

@@ -61,7 +61,7 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 			if r.Status != 200 {
 				t.Fatalf("%s: %d %s", who, r.Status, r.Body)
 			}
-			var got Task
+			var got TaskDetail
 			r.decode(t, &got)
 			var ids []string
 			for _, m := range got.Messages {

@@ -54,6 +54,17 @@ func TestSendMessage(t *testing.T) {
 		}
 	})
 
+	t.Run("the recipient reads the new task with its message and no artifacts yet", func(t *testing.T) {
+		var taskID string
+		_ = f.db.QueryRow("SELECT task_id FROM task_messages WHERE message_id = 'm-1'").Scan(&taskID)
+		r := f.getTask(t, "bob", taskID)
+		var raw map[string]json.RawMessage
+		r.decode(t, &raw)
+		if r.Status != 200 || string(raw["artifacts"]) != "[]" || !strings.Contains(string(raw["messages"]), `"message_id":"m-1"`) {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+	})
+
 	t.Run("a message with task_id appends to that task and refreshes its idle clock", func(t *testing.T) {
 		first := f.send(t, "alice", SendRequest{To: "bob", Parts: text("one")})
 		var before, after time.Time

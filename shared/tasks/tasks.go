@@ -35,6 +35,9 @@ const (
 	DefaultMaxFanoutBytes = 64 << 20
 	// DefaultScanBatch is how many idle tasks one scanner transaction fails.
 	DefaultScanBatch = 200
+	// DefaultOutboxRetention is how long settled outbox rows stay readable
+	// through GET /v1/inbox before the janitor deletes them.
+	DefaultOutboxRetention = 7 * 24 * time.Hour
 )
 
 // Service implements the task routes on MySQL.
@@ -102,6 +105,9 @@ func (s *Service) withDefaults() *Service {
 	}
 	if s.Janitor.DB == nil {
 		s.Janitor.DB = s.DB
+	}
+	if s.Janitor.Retention <= 0 {
+		s.Janitor.Retention = DefaultOutboxRetention
 	}
 	if s.Janitor.Clock == nil {
 		s.Janitor.Clock = s.Clock

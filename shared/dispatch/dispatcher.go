@@ -1,4 +1,7 @@
-package outbox
+// Package dispatch drains the outbox into Kafka, in seq order per recipient.
+// It is its own package so that only the dispatcher function links the Kafka
+// client; the HTTP functions write the outbox through package outbox alone.
+package dispatch
 
 import (
 	"context"
@@ -237,7 +240,7 @@ func lockRecipients(ctx context.Context, tx *sql.Tx, due []string, now time.Time
 		args = append(args, r)
 	}
 	args = append(args, now)
-	rows, err := tx.QueryContext(ctx, "SELECT recipient, attempts FROM dispatch_state WHERE recipient IN ("+placeholders(len(due))+") AND next_attempt_at <= ? ORDER BY recipient FOR UPDATE SKIP LOCKED", args...)
+	rows, err := tx.QueryContext(ctx, "SELECT recipient, attempts FROM dispatch_state WHERE recipient IN ("+mysql.Placeholders(len(due))+") AND next_attempt_at <= ? ORDER BY recipient FOR UPDATE SKIP LOCKED", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +287,7 @@ FROM outbox_events WHERE delivery = 'pending' AND recipient = ? ORDER BY seq LIM
 // body sealed for the recipient's key epoch.
 func (d *Dispatcher) record(r row) (*kgo.Record, error) {
 	env := r.env
-	sealed, err := d.Sealer.Seal(env.To, env.KeyEpoch, r.body, seal.AAD(env.EventID, env.To))
+	sealed, err := d.Sealer.Seal(env.To, env.KeyEpoch, r.body, seal.AAD(env))
 	if err != nil {
 		return nil, err
 	}
@@ -352,17 +355,17 @@ func truncate(s string, n int) string {
 }
 
 // ErrNoTopic is returned when the dispatcher has no topic configured.
-var ErrNoTopic = errors.New("outbox: no Kafka topic configured")
+var ErrNoTopic = errors.New("dispatch: no Kafka topic configured")
 
 // Validate checks the dispatcher is wired.
 func (d *Dispatcher) Validate() error {
 	switch {
 	case d.DB == nil:
-		return fmt.Errorf("outbox: dispatcher without DB")
+		return fmt.Errorf("dispatch: dispatcher without DB")
 	case d.Publisher == nil:
-		return fmt.Errorf("outbox: dispatcher without publisher")
+		return fmt.Errorf("dispatch: dispatcher without publisher")
 	case d.Sealer == nil:
-		return fmt.Errorf("outbox: dispatcher without sealer")
+		return fmt.Errorf("dispatch: dispatcher without sealer")
 	case d.Topic == "":
 		return ErrNoTopic
 	}

@@ -1,4 +1,4 @@
-package outbox_test
+package dispatch_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -63,14 +64,14 @@ func (f *dispFixture) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-func (f *dispFixture) dispatcher(p outbox.Publisher, sink *metrics.Sink) *outbox.Dispatcher {
+func (f *dispFixture) dispatcher(p dispatch.Publisher, sink *metrics.Sink) *dispatch.Dispatcher {
 	if p == nil {
-		p = outbox.KafkaPublisher{Client: f.prod}
+		p = dispatch.KafkaPublisher{Client: f.prod}
 	}
 	if sink == nil {
 		sink = &metrics.Sink{W: &bytes.Buffer{}}
 	}
-	return &outbox.Dispatcher{DB: f.db, Publisher: p, Topic: f.topic, Sealer: f.sealer, Clock: f.clock, Metrics: sink}
+	return &dispatch.Dispatcher{DB: f.db, Publisher: p, Topic: f.topic, Sealer: f.sealer, Clock: f.clock, Metrics: sink}
 }
 
 // agents inserts bare agents with their counter rows (what identity.CreateAgent writes).
@@ -103,7 +104,7 @@ func (f *dispFixture) send(t *testing.T, from, to string, n int) {
 	}
 }
 
-func (f *dispFixture) drain(t *testing.T, d *outbox.Dispatcher) {
+func (f *dispFixture) drain(t *testing.T, d *dispatch.Dispatcher) {
 	t.Helper()
 	for i := 0; i < 100; i++ {
 		st, err := d.RunOnce(context.Background())
@@ -161,7 +162,7 @@ func (f *dispFixture) seqsOnKafka(t *testing.T, partitions int32, want int) map[
 			if env.Body != nil || env.Sealed == "" {
 				t.Fatalf("body must travel sealed only: %s", r.Value)
 			}
-			if _, err := seal.Open(f.sealer.AgentKey(env.To, env.KeyEpoch), env.Sealed, seal.AAD(env.EventID, env.To)); err != nil {
+			if _, err := seal.Open(f.sealer.AgentKey(env.To, env.KeyEpoch), env.Sealed, seal.AAD(env)); err != nil {
 				t.Fatalf("recipient cannot open its event: %v", err)
 			}
 			out[env.To] = append(out[env.To], env.Seq)
@@ -209,7 +210,7 @@ func TestDispatcher(t *testing.T) {
 		}
 		var env mesh.Envelope
 		_ = json.Unmarshal(recs[0].Value, &env)
-		if _, err := seal.Open(f.sealer.AgentKey("alice", env.KeyEpoch), env.Sealed, seal.AAD(env.EventID, env.To)); err == nil {
+		if _, err := seal.Open(f.sealer.AgentKey("alice", env.KeyEpoch), env.Sealed, seal.AAD(env)); err == nil {
 			t.Fatal("alice opened bob's event")
 		}
 		hdr := map[string]string{}
@@ -280,7 +281,7 @@ func TestDispatcher(t *testing.T) {
 		f.agents(t, "alice", "bob")
 		f.send(t, "x", "bob", 3)
 		f.send(t, "x", "alice", 2)
-		faulty := &faultPublisher{real: outbox.KafkaPublisher{Client: f.prod}, fail: func(env mesh.Envelope) bool { return env.To == "bob" && env.Seq == 1 }}
+		faulty := &faultPublisher{real: dispatch.KafkaPublisher{Client: f.prod}, fail: func(env mesh.Envelope) bool { return env.To == "bob" && env.Seq == 1 }}
 		var sink bytes.Buffer
 		d := f.dispatcher(faulty, &metrics.Sink{W: &sink})
 		backoff := 5 * time.Second
@@ -338,7 +339,7 @@ func TestDispatcher(t *testing.T) {
 		}
 		defer dead.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		st, err := f.dispatcher(outbox.KafkaPublisher{Client: dead}, nil).RunOnce(ctx)
+		st, err := f.dispatcher(dispatch.KafkaPublisher{Client: dead}, nil).RunOnce(ctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			t.Fatal(err)
@@ -360,7 +361,7 @@ func TestDispatcher(t *testing.T) {
 		f := newDispFixture(t, 1)
 		f.agents(t, "bob")
 		f.send(t, "x", "bob", 3)
-		crash := &faultPublisher{real: outbox.KafkaPublisher{Client: f.prod}, panicAfter: true}
+		crash := &faultPublisher{real: dispatch.KafkaPublisher{Client: f.prod}, panicAfter: true}
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -386,7 +387,7 @@ func TestDispatcher(t *testing.T) {
 // faultPublisher wraps the real Kafka publisher: it fails chosen records
 // without sending them, or crashes after a real publish.
 type faultPublisher struct {
-	real       outbox.Publisher
+	real       dispatch.Publisher
 	fail       func(mesh.Envelope) bool
 	panicAfter bool
 	mu         sync.Mutex
