@@ -304,7 +304,9 @@ func (d *Dispatcher) record(r row) (*kgo.Record, error) {
 }
 
 // settle marks the published prefix sent and backs the recipient off at its
-// first failure (or dead-letters that event after MaxAttempts).
+// first failure (or dead-letters that event after MaxAttempts). A dead
+// letter's sent_at is when it was given up on: the janitor expires it with the
+// sent rows around it, so retention always leaves a clean prefix.
 func (d *Dispatcher) settle(ctx context.Context, tx *sql.Tx, h holder, rows []row, errs []error, now time.Time, st *Stats) error {
 	ok := 0
 	for ok < len(rows) && errs[ok] == nil {
@@ -332,8 +334,8 @@ func (d *Dispatcher) settle(ctx context.Context, tx *sql.Tx, h holder, rows []ro
 		attempts = 1 // progress was made: the head is a new event
 	}
 	if attempts >= d.MaxAttempts {
-		if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'failed', last_error = ? WHERE recipient = ? AND seq = ? AND delivery = 'pending'",
-			msg, h.recipient, head.Seq); err != nil {
+		if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'failed', last_error = ?, sent_at = ? WHERE recipient = ? AND seq = ? AND delivery = 'pending'",
+			msg, now, h.recipient, head.Seq); err != nil {
 			return err
 		}
 		st.DeadLetters++

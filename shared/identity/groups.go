@@ -8,6 +8,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
@@ -65,14 +67,7 @@ func newGroupID() string {
 
 // newContextID returns a random UUID (v4): the A2A context shared by every
 // task of the group's fan-outs.
-func newContextID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func newContextID() string { return uuid.NewString() }
 
 // insertGroup writes the group and its owner's membership.
 func insertGroup(ctx context.Context, tx *sql.Tx, g Group) error {

@@ -16,7 +16,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -222,14 +223,7 @@ func (c *Client) dropToken(stale string) {
 
 // NewMessageID returns a random UUID v4, the form of client-minted
 // message_ids.
-func NewMessageID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func NewMessageID() string { return uuid.NewString() }
 
 // SendRequest is POST /v1/messages. MessageID is minted by Send when empty.
 type SendRequest struct {

@@ -8,14 +8,14 @@ package outbox
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -38,14 +38,7 @@ type Event struct {
 }
 
 // NewEventID returns a random 128-bit id in UUID text form.
-func NewEventID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func NewEventID() string { return uuid.NewString() }
 
 // The statements of Append are complete literals; at run time only their
 // placeholder lists grow (expand).

@@ -77,29 +77,6 @@ func Topic(t testing.TB, brokers []string, partitions int32) string {
 	return name
 }
 
-// ReadAll consumes partition p of topic from the start until it has read n
-// records or the timeout passes.
-func ReadAll(t testing.TB, brokers []string, topic string, p int32, n int, timeout time.Duration) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
-}
-
 // ReadTopic consumes every partition of topic from the start until it has
 // read n records or the timeout passes.
 func ReadTopic(t testing.TB, brokers []string, topic string, n int, timeout time.Duration) []*kgo.Record {
