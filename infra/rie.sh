@@ -55,11 +55,13 @@ ensure_rie() {
     die "could not install $RIE_MODULE@$RIE_VERSION with go install (is the Go module proxy reachable? GOPROXY=$("$GO" env GOPROXY))"
 }
 
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on. It picks
+# below Linux's ephemeral range (32768+), where busy test traffic holds
+# outgoing sockets that would make the bind fail.
 free_port() {
   local p i
   for i in $(seq 1 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % 12000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return 0
@@ -78,6 +80,8 @@ cleanup() {
     kill -TERM -- "-$rie_pid" 2>/dev/null || true
     wait "$rie_pid" 2>/dev/null || true
   fi
+  # The emulator's log holds the function's own output: show it on stderr.
+  [[ -f "$work/rie.err" ]] && cat "$work/rie.err" >&2
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -100,23 +104,33 @@ export AWS_LAMBDA_FUNCTION_TIMEOUT="$timeout"
 export AWS_LAMBDA_FUNCTION_NAME="${AWS_LAMBDA_FUNCTION_NAME:-$(basename "$fn_dir")}"
 export AWS_REGION="${AWS_REGION:-eu-west-1}"
 
-api_port="$(free_port)"
-rapid_port="$(free_port)"
-while [[ "$rapid_port" == "$api_port" ]]; do rapid_port="$(free_port)"; done
-
-# setsid: a process group of its own, so cleanup stops the bootstrap too.
-(cd "$work" && exec setsid "$RIE" \
-  --runtime-interface-emulator-address "127.0.0.1:$api_port" \
-  --runtime-api-address "127.0.0.1:$rapid_port" \
-  --log-level "${RIE_LOG_LEVEL:-warn}" \
-  ./bootstrap) >&2 &
-rie_pid=$!
-
+# A port found free can still be taken before rie binds it: try a few times.
 up=""
-for _ in $(seq 1 100); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$api_port") 2>/dev/null; then up=1; break; fi
-  kill -0 "$rie_pid" 2>/dev/null || die "aws-lambda-rie exited before listening"
-  sleep 0.1
+for attempt in 1 2 3 4 5; do
+  api_port="$(free_port)"
+  rapid_port="$(free_port)"
+  while [[ "$rapid_port" == "$api_port" ]]; do rapid_port="$(free_port)"; done
+
+  # setsid: a process group of its own, so cleanup stops the bootstrap too.
+  (cd "$work" && exec setsid "$RIE" \
+    --runtime-interface-emulator-address "127.0.0.1:$api_port" \
+    --runtime-api-address "127.0.0.1:$rapid_port" \
+    --log-level "${RIE_LOG_LEVEL:-warn}" \
+    ./bootstrap) >"$work/rie.err" 2>&1 &
+  rie_pid=$!
+
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$api_port") 2>/dev/null; then up=1; break; fi
+    kill -0 "$rie_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n "$up" ]] && break
+  kill -0 "$rie_pid" 2>/dev/null && kill -- "-$rie_pid" 2>/dev/null || true
+  if grep -q "address already in use" "$work/rie.err"; then
+    echo "rie: port taken before aws-lambda-rie bound it (attempt $attempt); trying others" >&2
+    continue
+  fi
+  die "aws-lambda-rie exited before listening"
 done
 [[ -n "$up" ]] || die "aws-lambda-rie did not listen on 127.0.0.1:$api_port within 10 s"
 
