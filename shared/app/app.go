@@ -44,6 +44,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Env, error)
 	if err := cfg.Require("MYSQL_DSN"); err != nil {
 		return nil, err
 	}
+	// A request body carries the message's parts as JSON, with file bytes in
+	// base64 (4/3 larger): the body cap must never be what refuses a message
+	// the configured limit allows (that one answers 413 message_too_large).
+	if need := cfg.MaxMessageBytes*4/3 + 64<<10; need > httpapi.MaxBodyBytes {
+		httpapi.MaxBodyBytes = need
+	}
 	db, err := mysql.Open(ctx, cfg.MySQLDSN)
 	if err != nil {
 		return nil, err
