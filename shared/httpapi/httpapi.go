@@ -211,7 +211,10 @@ func encode(out Response) events.APIGatewayV2HTTPResponse {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	headers := map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"}
+	headers := map[string]string{"Cache-Control": "no-store"}
+	if out.Body != nil {
+		headers["Content-Type"] = "application/json"
+	}
 	for k, v := range out.Headers {
 		headers[k] = v
 	}

@@ -52,7 +52,7 @@ func New(db *mysql.DB, cfg config.Config) (*Service, error) {
 	return &Service{
 		DB: db, Clock: mesh.SystemClock, AdminKey: cfg.AdminKey, JWTKeys: cfg.JWTKeys,
 		TokenTTL: cfg.TokenTTL, Sealer: s,
-		Kafka: KafkaInfo{Brokers: cfg.KafkaPublicBrokers, Topic: cfg.KafkaTopic, Auth: cfg.KafkaAuth},
+		Kafka: KafkaInfo{Brokers: append([]string{}, cfg.KafkaPublicBrokers...), Topic: cfg.KafkaTopic, Auth: cfg.KafkaAuth},
 	}, nil
 }
 
