@@ -1,0 +1,144 @@
+package dispatch_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/dispatch"
+	"github.com/agentmesh/agentmesh/shared/kafka"
+	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/seal"
+)
+
+// benchPartitions is the inbox topic's default partition count (config
+// KAFKA_PARTITIONS).
+const benchPartitions = 12
+
+// BenchmarkDispatcherDrain measures how fast the dispatcher empties the
+// outbox into the real Kafka broker (acks=all, idempotent producer): b.N
+// pending events spread round-robin over M recipients are appended
+// (untimed), then RunOnce runs until nothing is due, each batch sealing
+// every body, producing synchronously and marking the rows sent in one
+// transaction. One op is one event; events/s is the drain rate. The
+// dispatcher runs with its production defaults (50 recipients × 200 events
+// per batch), so M decides how full a batch is.
+func BenchmarkDispatcherDrain(b *testing.B) {
+	db, _ := mysqltest.New(b)
+	brokers := kafkatest.Brokers(b)
+	topic := kafkatest.Topic(b, brokers, benchPartitions)
+	master := make([]byte, seal.KeySize)
+	_, _ = rand.Read(master)
+	sealer, err := seal.New(master)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prod, err := kafka.NewProducer(context.Background(), kafka.Options{Brokers: brokers}, topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(prod.Close)
+	d := &dispatch.Dispatcher{
+		DB: db, Publisher: dispatch.KafkaPublisher{Client: prod}, Topic: topic, Sealer: sealer,
+		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Sink{W: io.Discard},
+	}
+	for _, m := range []int{1, 50, 1000} {
+		recipients := make([]string, m)
+		for i := range recipients {
+			recipients[i] = fmt.Sprintf("rcpt-%d-%04d", m, i)
+		}
+		benchAgents(b, db, recipients)
+		b.Run(fmt.Sprintf("recipients=%d", m), func(b *testing.B) {
+			b.StopTimer()
+			appendPending(b, db, recipients, b.N)
+			b.StartTimer()
+			for batches := 0; ; batches++ {
+				st, err := d.RunOnce(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.Recipients == 0 {
+					break
+				}
+				if st.Failed > 0 || batches > b.N+10 {
+					b.Fatalf("the drain is not making progress: %+v after %d batches", st, batches)
+				}
+			}
+			b.StopTimer()
+			var pending int
+			if err := db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE delivery = 'pending'").Scan(&pending); err != nil {
+				b.Fatal(err)
+			}
+			if pending != 0 {
+				b.Fatalf("%d events still pending after the drain", pending)
+			}
+			if s := b.Elapsed().Seconds(); s > 0 {
+				b.ReportMetric(float64(b.N)/s, "events/s")
+			}
+		})
+	}
+}
+
+// benchAgents inserts agents with their inbox counters (what
+// identity.CreateAgent writes for a recipient).
+func benchAgents(b *testing.B, db *mysql.DB, ids []string) {
+	b.Helper()
+	now := time.Now().UTC()
+	for start := 0; start < len(ids); start += 500 {
+		chunk := ids[start:min(start+500, len(ids))]
+		var agents, counters []any
+		for _, id := range chunk {
+			agents = append(agents, id, id, now)
+			counters = append(counters, id)
+		}
+		rows := func(stmt, tuple string) string { return stmt + strings.Repeat(", "+tuple, len(chunk)-1) }
+		if _, err := db.Exec(rows("INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", "(?, ?, ?)"), agents...); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.Exec(rows("INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", "(?, 0)"), counters...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// appendPending appends n message events round-robin over recipients with
+// outbox.Append, 500 per transaction; bodies are shaped like a send's.
+func appendPending(b *testing.B, db *mysql.DB, recipients []string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for done := 0; done < n; {
+		chunk := min(500, n-done)
+		evs := make([]outbox.Event, 0, chunk)
+		for i := range chunk {
+			to := recipients[(done+i)%len(recipients)]
+			id := fmt.Sprintf("%s-%d-%d", to, now.UnixNano(), done+i)
+			body, err := json.Marshal(map[string]any{
+				"message": map[string]any{"message_id": id, "from": "bench-sender", "created_at": now,
+					"parts": []mesh.Part{{Kind: "text", Text: "Please translate the attached release notes into German."}}},
+				"task": map[string]any{"task_id": id, "context_id": "ctx-" + id, "initiator": "bench-sender", "recipient": to, "status": mesh.TaskSubmitted},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			evs = append(evs, outbox.Event{Type: mesh.EventMessage, To: to, From: "bench-sender", TaskID: id, ContextID: "ctx-" + id,
+				MessageID: id, OccurredAt: now, Body: body})
+		}
+		if err := db.InTx(ctx, func(tx *sql.Tx) error { return outbox.Append(ctx, tx, evs) }); err != nil {
+			b.Fatal(err)
+		}
+		done += chunk
+	}
+}
