@@ -1,6 +1,7 @@
 // Command meshd is the Agent Mesh agent-host daemon and CLI.
 //
 //	meshd run [-- command args...]   deliver the agent's events to a handler command
+//	meshd mcp                        serve the agent's tools to an MCP client over stdio
 //	meshd send --to bob "text"       send a message; prints {task_id, message_id, ...}
 //	meshd reply --task ID "text"     reply in a task
 //	meshd inbox [--after N]          print inbox events, one JSON object per line
@@ -8,7 +9,8 @@
 //
 // Configuration comes from the environment: MESH_API_URL, MESH_API_KEY,
 // MESH_STATE_DIR, MESH_HANDLER, MESH_MODE (see usage). This file only parses
-// and wires; the logic lives in shared/meshd and shared/meshclient.
+// and wires; the logic lives in shared/meshd, shared/meshmcp and
+// shared/meshclient.
 package main
 
 import (
@@ -32,6 +34,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
+	"github.com/agentmesh/agentmesh/shared/meshmcp"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -41,6 +44,8 @@ const usage = `usage: meshd <command> [flags]
 
 commands:
   run [-- command args...]    deliver this agent's events to a handler, in order, once each
+  mcp                         MCP server on stdin/stdout for Claude Code or any MCP client:
+                              tools mesh_check_inbox, mesh_ack, mesh_send_message, mesh_reply, ...
   send --to AGENT [--task ID] [--context ID] [--message-id ID] TEXT...
                               send a message (TEXT from stdin when omitted)
   reply --task ID [--message-id ID] TEXT...
@@ -52,7 +57,8 @@ commands:
 environment:
   MESH_API_URL          mesh API base URL (default http://127.0.0.1:8080)
   MESH_API_KEY          this agent's API key (required)
-  MESH_STATE_DIR        where delivery progress is kept (default ~/.local/state/meshd)
+  MESH_STATE_DIR        where delivery progress is kept (default ~/.local/state/meshd);
+                        meshd mcp keeps its own cursor there (<agent>.mcp.state.json)
   MESH_HANDLER          handler command line, run with sh -c once per event
                         (or give the command after "run --")
   MESH_HANDLER_TIMEOUT  longest a handler may run (default 30m; 0 = no limit)
@@ -82,6 +88,8 @@ func cli(ctx context.Context, args []string, getenv func(string) string, stdin i
 	switch args[0] {
 	case "run":
 		err = cmdRun(ctx, args[1:], getenv, stdout, stderr)
+	case "mcp":
+		err = cmdMCP(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "send":
 		err = cmdSend(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "reply":
@@ -224,6 +232,36 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		Mode:         mode,
 		KafkaBrokers: brokers,
 	})
+}
+
+// cmdMCP serves the MCP tools over stdin/stdout. stdout carries only MCP
+// frames: every log line goes to stderr.
+func cmdMCP(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("mcp takes no arguments (got %q)", fs.Arg(0))
+	}
+	s, err := loadSettings(getenv)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(getenv, stderr)
+	if err != nil {
+		return err
+	}
+	dir, err := stateDir(getenv)
+	if err != nil {
+		return err
+	}
+	// A tool call should fail within seconds when the mesh is down, so the
+	// model can tell its user instead of hanging.
+	api := meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd-mcp/"+buildVersion()),
+		meshclient.WithRetry(meshclient.RetryPolicy{Base: 200 * time.Millisecond, Max: 5 * time.Second, MaxElapsed: 15 * time.Second}))
+	return meshmcp.Serve(ctx, meshmcp.Config{API: api, StateDir: dir, Log: log, Version: buildVersion()}, stdin, stdout)
 }
 
 // callTimeout bounds one CLI call, retries included.

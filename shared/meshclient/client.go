@@ -554,7 +554,15 @@ func (c *Client) once(ctx context.Context, cl call, body []byte, bearer string, 
 	ctx, cancel := context.WithTimeout(ctx, timeout+cl.longPoll)
 	defer cancel()
 	u := *c.base
-	u.Path = strings.TrimRight(u.Path, "/") + cl.path
+	// cl.path is already escaped (ids go through url.PathEscape): set the
+	// raw form so an id with a space or a slash stays one path segment
+	// instead of being escaped twice.
+	raw := strings.TrimRight(u.EscapedPath(), "/") + cl.path
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return err
+	}
+	u.Path, u.RawPath = p, raw
 	u.RawQuery = cl.query.Encode()
 	var rd io.Reader
 	if body != nil {

@@ -62,24 +62,31 @@ func LoadState(dir, agentID string) (State, error) {
 	return s, nil
 }
 
-// SaveState writes s to dir atomically: a temp file in the same directory,
-// fsync, rename over the old file, fsync the directory. A reader (or a
-// restart after a crash at any point) sees either the old or the new state,
-// never a torn one.
+// SaveState writes s to dir atomically (see WriteFileAtomic): a reader, or
+// a restart after a crash at any point, sees either the old or the new
+// state, never a torn one.
 func SaveState(dir string, s State) error {
 	if !mesh.ValidAgentID(s.AgentID) {
 		return fmt.Errorf("meshd: invalid agent id %q", s.AgentID)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("meshd: state dir: %w", err)
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+s.AgentID+".state.*.tmp")
+	return WriteFileAtomic(dir, filepath.Base(StatePath(dir, s.AgentID)), data)
+}
+
+// WriteFileAtomic replaces dir/name with data durably: a temp file in the
+// same directory, fsync, rename over the old file, fsync the directory
+// (the rename is durable only once the directory entry is on disk). The
+// directory is created (0700) when missing.
+func WriteFileAtomic(dir, name string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("meshd: state dir: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
-		return fmt.Errorf("meshd: write state: %w", err)
+		return fmt.Errorf("meshd: write %s: %w", name, err)
 	}
 	tmp := f.Name()
 	committed := false
@@ -90,20 +97,19 @@ func SaveState(dir string, s State) error {
 	}()
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fmt.Errorf("meshd: write state: %w", err)
+		return fmt.Errorf("meshd: write %s: %w", name, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("meshd: fsync state: %w", err)
+		return fmt.Errorf("meshd: fsync %s: %w", name, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("meshd: write state: %w", err)
+		return fmt.Errorf("meshd: write %s: %w", name, err)
 	}
-	if err := os.Rename(tmp, StatePath(dir, s.AgentID)); err != nil {
-		return fmt.Errorf("meshd: rename state: %w", err)
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("meshd: rename %s: %w", name, err)
 	}
 	committed = true
-	// The rename is durable only once the directory entry is on disk.
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("meshd: fsync state dir: %w", err)

@@ -1,0 +1,96 @@
+package meshmcp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/meshd"
+)
+
+// Cursor is the MCP reader's persisted position in the agent's inbox: every
+// event with seq ≤ AckedSeq was acknowledged by the agent (mesh_ack) and is
+// never returned by mesh_check_inbox again. It lives next to meshd run's
+// state but in its own file, so the two readers never move each other.
+type Cursor struct {
+	AgentID   string    `json:"agent_id"`
+	AckedSeq  int64     `json:"acked_seq"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// CursorPath is where the MCP cursor of agentID lives under dir.
+func CursorPath(dir, agentID string) string {
+	return filepath.Join(dir, agentID+".mcp.state.json")
+}
+
+// LoadCursor reads the cursor of agentID from dir. A missing file is a fresh
+// cursor (nothing acknowledged); a corrupt file or one of another agent is
+// an error, never silently reset, because resetting would hand the agent
+// everything again.
+func LoadCursor(dir, agentID string) (Cursor, error) {
+	if !mesh.ValidAgentID(agentID) {
+		return Cursor{}, fmt.Errorf("meshmcp: invalid agent id %q", agentID)
+	}
+	path := CursorPath(dir, agentID)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Cursor{AgentID: agentID}, nil
+	}
+	if err != nil {
+		return Cursor{}, fmt.Errorf("meshmcp: read cursor: %w", err)
+	}
+	var c Cursor
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Cursor{}, fmt.Errorf("meshmcp: cursor file %s is corrupt (%v); move it away to start over", path, err)
+	}
+	if c.AgentID != agentID {
+		return Cursor{}, fmt.Errorf("meshmcp: cursor file %s belongs to agent %q, not %q", path, c.AgentID, agentID)
+	}
+	if c.AckedSeq < 0 {
+		return Cursor{}, fmt.Errorf("meshmcp: cursor file %s holds an impossible acked_seq %d", path, c.AckedSeq)
+	}
+	return c, nil
+}
+
+// SaveCursor writes c to dir atomically (temp file, fsync, rename, fsync
+// the directory), like meshd's state: a crash leaves the old or the new
+// cursor, never a torn one.
+func SaveCursor(dir string, c Cursor) error {
+	if !mesh.ValidAgentID(c.AgentID) {
+		return fmt.Errorf("meshmcp: invalid agent id %q", c.AgentID)
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return meshd.WriteFileAtomic(dir, filepath.Base(CursorPath(dir, c.AgentID)), data)
+}
+
+// advanceCursor moves the persisted cursor of agentID to seq unless it is
+// already there or beyond, and returns the cursor now on disk. It holds the
+// cursor's file lock across read-modify-write, so two MCP servers of one
+// agent (two client sessions) share one cursor and it never moves back.
+func advanceCursor(dir, agentID string, seq int64, now time.Time) (Cursor, error) {
+	unlock, err := lockCursor(dir, agentID)
+	if err != nil {
+		return Cursor{}, err
+	}
+	defer unlock()
+	c, err := LoadCursor(dir, agentID)
+	if err != nil {
+		return Cursor{}, err
+	}
+	if seq <= c.AckedSeq {
+		return c, nil
+	}
+	c.AckedSeq, c.UpdatedAt = seq, now.UTC()
+	if err := SaveCursor(dir, c); err != nil {
+		return Cursor{}, err
+	}
+	return c, nil
+}
