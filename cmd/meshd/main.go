@@ -184,15 +184,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	s, err := loadSettings(getenv)
-	if err != nil {
-		return err
-	}
-	log, err := newLogger(getenv, stderr)
-	if err != nil {
-		return err
-	}
-	dir, err := stateDir(getenv)
+	s, log, dir, err := daemonSettings(getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -220,12 +212,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	default:
 		return fmt.Errorf("MESH_MODE must be auto, kafka or poll (got %q)", mode)
 	}
-	// Calls give up after 15 s so the daemon's own loops (which retry
-	// forever) get to log an outage promptly instead of after minutes.
-	api := meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd/"+buildVersion()),
-		meshclient.WithRetry(meshclient.RetryPolicy{Base: 200 * time.Millisecond, Max: 5 * time.Second, MaxElapsed: 15 * time.Second}))
 	return meshd.Run(ctx, meshd.Config{
-		API:          api,
+		API:          daemonClient(s, log, "meshd"),
 		StateDir:     dir,
 		Handler:      meshd.CommandHandler{Command: command, Timeout: timeout, Stdout: stdout, Stderr: stderr},
 		Log:          log,
@@ -245,23 +233,35 @@ func cmdMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 	if fs.NArg() > 0 {
 		return fmt.Errorf("mcp takes no arguments (got %q)", fs.Arg(0))
 	}
-	s, err := loadSettings(getenv)
+	s, log, dir, err := daemonSettings(getenv, stderr)
 	if err != nil {
 		return err
+	}
+	return meshmcp.Serve(ctx, meshmcp.Config{API: daemonClient(s, log, "meshd-mcp"), StateDir: dir, Log: log, Version: buildVersion()}, stdin, stdout)
+}
+
+// daemonSettings reads what the long-running commands (run, mcp) need from
+// the environment: the API settings, the logger and the state directory.
+func daemonSettings(getenv func(string) string, stderr io.Writer) (settings, *slog.Logger, string, error) {
+	s, err := loadSettings(getenv)
+	if err != nil {
+		return s, nil, "", err
 	}
 	log, err := newLogger(getenv, stderr)
 	if err != nil {
-		return err
+		return s, nil, "", err
 	}
 	dir, err := stateDir(getenv)
-	if err != nil {
-		return err
-	}
-	// A tool call should fail within seconds when the mesh is down, so the
-	// model can tell its user instead of hanging.
-	api := meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent("meshd-mcp/"+buildVersion()),
+	return s, log, dir, err
+}
+
+// daemonClient is the API client of a long-running command. Calls give up
+// after 15 s: the daemon's own loops (which retry forever) then log an
+// outage promptly instead of after minutes, and an MCP tool call fails
+// within seconds so the model can tell its user instead of hanging.
+func daemonClient(s settings, log *slog.Logger, product string) *meshclient.Client {
+	return meshclient.New(s.apiURL, s.apiKey, meshclient.WithLogger(log), meshclient.WithUserAgent(product+"/"+buildVersion()),
 		meshclient.WithRetry(meshclient.RetryPolicy{Base: 200 * time.Millisecond, Max: 5 * time.Second, MaxElapsed: 15 * time.Second}))
-	return meshmcp.Serve(ctx, meshmcp.Config{API: api, StateDir: dir, Log: log, Version: buildVersion()}, stdin, stdout)
 }
 
 // callTimeout bounds one CLI call, retries included.
@@ -295,21 +295,9 @@ func cmdSend(ctx context.Context, args []string, getenv func(string) string, std
 	if *to == "" {
 		return errors.New("send needs --to AGENT")
 	}
-	s, err := loadSettings(getenv)
-	if err != nil {
-		return err
-	}
-	parts, err := textParts(fs, stdin)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	res, err := client(s, stderr).Send(ctx, meshclient.SendRequest{To: *to, Parts: parts, MessageID: *messageID, TaskID: *task, ContextID: *contextID})
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(stdout).Encode(res)
+	return sendText(ctx, fs, getenv, stdin, stdout, stderr, func(ctx context.Context, c *meshclient.Client, parts []mesh.Part) (any, error) {
+		return c.Send(ctx, meshclient.SendRequest{To: *to, Parts: parts, MessageID: *messageID, TaskID: *task, ContextID: *contextID})
+	})
 }
 
 func cmdReply(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -323,6 +311,16 @@ func cmdReply(ctx context.Context, args []string, getenv func(string) string, st
 	if *task == "" {
 		return errors.New("reply needs --task ID")
 	}
+	return sendText(ctx, fs, getenv, stdin, stdout, stderr, func(ctx context.Context, c *meshclient.Client, parts []mesh.Part) (any, error) {
+		return c.Reply(ctx, *task, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
+	})
+}
+
+// sendText is the rest of send and reply once their flags are checked: the
+// settings, the text (arguments or stdin), one call bounded by callTimeout,
+// and its answer as one JSON object on stdout.
+func sendText(ctx context.Context, fs *flag.FlagSet, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer,
+	call func(context.Context, *meshclient.Client, []mesh.Part) (any, error)) error {
 	s, err := loadSettings(getenv)
 	if err != nil {
 		return err
@@ -333,7 +331,7 @@ func cmdReply(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	res, err := client(s, stderr).Reply(ctx, *task, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
+	res, err := call(ctx, client(s, stderr), parts)
 	if err != nil {
 		return err
 	}

@@ -4,14 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,77 +13,19 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/config"
-	"github.com/agentmesh/agentmesh/shared/localstack"
+	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshmcp"
-	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 // realMesh serves the real API in-process (template routes, real handlers,
 // real MariaDB) with friends alice and bob; it returns the URL and keys.
 func realMesh(t *testing.T) (string, map[string]string) {
 	t.Helper()
-	_, dsn := mysqltest.New(t)
-	randB64 := func(n int) string {
-		b := make([]byte, n)
-		_, _ = rand.Read(b)
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	adminKey := randB64(24)
-	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"MYSQL_DSN": dsn, "MESH_ADMIN_KEY": adminKey, "MESH_JWT_KEYS": "k1:" + randB64(32), "MESH_INBOX_MASTER_KEY": randB64(32)}[k]
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	e, err := app.New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.DB.Close() })
-	reg, err := localstack.NewRegistry(e, localstack.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl, err := localstack.LoadTemplate(filepath.Join("..", "..", "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := localstack.NewServer(tpl, reg.HTTP, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv)
-	t.Cleanup(api.Close)
-	admin := func(path string, in, out any) {
-		b, _ := json.Marshal(in)
-		req, _ := http.NewRequest(http.MethodPost, api.URL+path, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+adminKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("POST %s: %s", path, resp.Status)
-		}
-		if out != nil {
-			_ = json.NewDecoder(resp.Body).Decode(out)
-		}
-	}
-	keys := map[string]string{}
-	for _, id := range []string{"alice", "bob"} {
-		var out struct {
-			APIKey string `json:"api_key"`
-		}
-		admin("/v1/admin/agents", map[string]string{"agent_id": id, "name": id}, &out)
-		keys[id] = out.APIKey
-	}
-	admin("/v1/admin/friendships", map[string]string{"a": "alice", "b": "bob"}, nil)
+	api := localstacktest.Start(t, localstacktest.Options{})
+	keys := api.Agents(t, "alice", "bob")
+	api.Befriend(t, "alice", "bob")
 	return api.URL, keys
 }
 

@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -13,14 +12,10 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/dispatch"
-	"github.com/agentmesh/agentmesh/shared/kafka"
-	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
-	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/outbox"
-	"github.com/agentmesh/agentmesh/shared/seal"
 )
 
 // benchPartitions is the inbox topic's default partition count (config
@@ -36,22 +31,12 @@ const benchPartitions = 12
 // dispatcher runs with its production defaults (50 recipients × 200 events
 // per batch), so M decides how full a batch is.
 func BenchmarkDispatcherDrain(b *testing.B) {
-	db, _ := mysqltest.New(b)
-	brokers := kafkatest.Brokers(b)
-	topic := kafkatest.Topic(b, brokers, benchPartitions)
-	master := make([]byte, seal.KeySize)
-	_, _ = rand.Read(master)
-	sealer, err := seal.New(master)
-	if err != nil {
-		b.Fatal(err)
-	}
-	prod, err := kafka.NewProducer(context.Background(), kafka.Options{Brokers: brokers}, topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(prod.Close)
+	f := newDispFixture(b, benchPartitions)
+	db := f.db
+	// The system clock, not the fixture's fixed one: the events are appended
+	// at the real time.
 	d := &dispatch.Dispatcher{
-		DB: db, Publisher: dispatch.KafkaPublisher{Client: prod}, Topic: topic, Sealer: sealer,
+		DB: db, Publisher: dispatch.KafkaPublisher{Client: f.prod}, Topic: f.topic, Sealer: f.sealer,
 		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)), Metrics: &metrics.Sink{W: io.Discard},
 	}
 	for _, m := range []int{1, 50, 1000} {

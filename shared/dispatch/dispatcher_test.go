@@ -36,14 +36,17 @@ type dispFixture struct {
 	mu      sync.Mutex
 }
 
-func newDispFixture(t *testing.T, partitions int32) *dispFixture {
+func newDispFixture(t testing.TB, partitions int32) *dispFixture {
 	t.Helper()
 	db, _ := mysqltest.New(t)
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.Topic(t, brokers, partitions)
 	master := make([]byte, seal.KeySize)
 	_, _ = rand.Read(master)
-	s, _ := seal.New(master)
+	s, err := seal.New(master)
+	if err != nil {
+		t.Fatal(err)
+	}
 	prod, err := kafka.NewProducer(context.Background(), kafka.Options{Brokers: brokers}, topic)
 	if err != nil {
 		t.Fatal(err)

@@ -6,35 +6,20 @@ package e2e_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/config"
-	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
-	"github.com/agentmesh/agentmesh/shared/localstack"
+	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
-	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
-
-func randB64(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return base64.StdEncoding.EncodeToString(b)
-}
 
 // TestWalkingSkeleton sends a message from alice to bob over HTTP and checks
 // that bob's handler command receives exactly that message, having travelled
@@ -42,49 +27,10 @@ func randB64(n int) string {
 func TestWalkingSkeleton(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, dsn := mysqltest.New(t)
-	brokers := kafkatest.Brokers(t)
-	topic := kafkatest.Topic(t, brokers, 3)
-
-	adminKey := randB64(24)
-	cfg, err := config.Load(func(k string) string {
-		return map[string]string{
-			"MYSQL_DSN":             dsn,
-			"MESH_ADMIN_KEY":        adminKey,
-			"MESH_JWT_KEYS":         "k1:" + randB64(32),
-			"MESH_INBOX_MASTER_KEY": randB64(32),
-			"KAFKA_BROKERS":         strings.Join(brokers, ","),
-			"KAFKA_TOPIC":           topic,
-		}[k]
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	env, err := app.New(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.DB.Close()
-	disp, err := dispatch.NewKafkaDispatcher(ctx, env.DB, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := localstack.NewRegistry(env, localstack.Deps{Dispatcher: disp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl, err := localstack.LoadTemplate(filepath.Join("..", "..", "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := localstack.NewServer(tpl, reg.HTTP, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv)
-	defer api.Close()
+	stack := localstacktest.Start(t, localstacktest.Options{Kafka: true, Partitions: 3, Log: log})
+	brokers, topic, disp := stack.Brokers, stack.Topic, stack.Dispatcher
 	// The dispatcher runs as its schedule would.
 	dispCtx, stopDisp := context.WithCancel(ctx)
 	dispDone := make(chan error, 1)
@@ -92,21 +38,14 @@ func TestWalkingSkeleton(t *testing.T) {
 	defer func() { stopDisp(); <-dispDone }()
 
 	// Bootstrap the graph with the admin key, over HTTP.
-	keys := map[string]string{}
-	for _, id := range []string{"alice", "bob"} {
-		var out struct {
-			APIKey string `json:"api_key"`
-		}
-		adminCall(t, api.URL, adminKey, "/v1/admin/agents", map[string]string{"agent_id": id, "name": id}, &out)
-		keys[id] = out.APIKey
-	}
-	adminCall(t, api.URL, adminKey, "/v1/admin/friendships", map[string]string{"a": "alice", "b": "bob"}, nil)
+	keys := stack.Agents(t, "alice", "bob")
+	stack.Befriend(t, "alice", "bob")
 
 	// Bob's meshd consumes its own partition and runs a handler command that
 	// stores each event it is given.
 	dir := t.TempDir()
 	got := filepath.Join(dir, "got.json")
-	bobAPI := meshclient.New(api.URL, keys["bob"])
+	bobAPI := meshclient.New(stack.URL, keys["bob"])
 	runCtx, stopBob := context.WithCancel(ctx)
 	bobDone := make(chan error, 1)
 	go func() {
@@ -121,7 +60,7 @@ func TestWalkingSkeleton(t *testing.T) {
 		{Kind: "text", Text: "Hello bob — ünïcode and \"quotes\" survive"},
 		{Kind: "data", Data: json.RawMessage(`{"priority":2,"tags":["a","b"]}`)},
 	}
-	sent, err := meshclient.New(api.URL, keys["alice"]).Send(ctx, meshclient.SendRequest{To: "bob", Parts: parts})
+	sent, err := meshclient.New(stack.URL, keys["alice"]).Send(ctx, meshclient.SendRequest{To: "bob", Parts: parts})
 	if err != nil {
 		t.Fatalf("alice's send: %v", err)
 	}
@@ -169,28 +108,5 @@ func TestWalkingSkeleton(t *testing.T) {
 	recs := kafkatest.ReadTopic(t, brokers, topic, 1, 10*time.Second)
 	if len(recs) != 1 || bytes.Contains(recs[0].Value, []byte("Hello bob")) {
 		t.Fatalf("want one sealed record on %s, got %d records", topic, len(recs))
-	}
-}
-
-func adminCall(t *testing.T, base, adminKey, path string, in, out any) {
-	t.Helper()
-	b, _ := json.Marshal(in)
-	req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+adminKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var p bytes.Buffer
-		_, _ = p.ReadFrom(resp.Body)
-		t.Fatalf("POST %s: %s %s", path, resp.Status, p.String())
-	}
-	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

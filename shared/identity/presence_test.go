@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 type presenceProbe struct {
@@ -277,42 +279,17 @@ func TestPresenceScannerUsesIndex(t *testing.T) {
 	if explain != "EXPLAIN "+scanPresenceSQL {
 		t.Fatal("the EXPLAIN statement no longer matches the scanner's statement")
 	}
-	rows, err := s.DB.QueryContext(ctx, explain, now.Add(-PresenceTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cols, _ := rows.Columns()
-	var plans []map[string]string
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		plan := map[string]string{}
-		for i, c := range cols {
-			if b, ok := vals[i].([]byte); ok {
-				plan[c] = string(b)
-			} else if vals[i] != nil {
-				plan[c] = fmt.Sprint(vals[i])
-			}
-		}
-		plans = append(plans, plan)
-	}
-	rows.Close()
+	plans := mysqltest.Explain(t, s.DB, scanPresenceSQL, now.Add(-PresenceTimeout))
 	if len(plans) != 1 {
-		t.Fatalf("plan has %d rows: %v", len(plans), plans)
+		t.Fatalf("plan has %d rows: %+v", len(plans), plans)
 	}
 	plan := plans[0]
-	t.Logf("plan: %v", plan)
-	if plan["type"] == "ALL" || plan["type"] == "index" || plan["key"] != "agents_presence" {
-		t.Fatalf("the scanner does not range-scan agents_presence: type=%s key=%s", plan["type"], plan["key"])
+	t.Logf("plan: %+v", plan)
+	if plan.Type == "ALL" || plan.Type == "index" || plan.Key != "agents_presence" {
+		t.Fatalf("the scanner does not range-scan agents_presence: type=%s key=%s", plan.Type, plan.Key)
 	}
-	if plan["type"] != "range" {
-		t.Errorf("access type %q, want range", plan["type"])
+	if plan.Type != "range" {
+		t.Errorf("access type %q, want range", plan.Type)
 	}
 
 	n, err := s.MarkInactive(ctx)

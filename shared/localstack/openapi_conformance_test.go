@@ -1,4 +1,4 @@
-package localstack
+package localstack_test
 
 // The OpenAPI document against the code: the real handlers of every route,
 // served from template.yaml on a real database, driven through a scripted
@@ -10,7 +10,6 @@ package localstack
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -37,7 +36,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
-	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/localstack"
+	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
 )
 
 // apiDoc is openapi.yaml loaded and validated, with a router over its paths.
@@ -326,49 +326,20 @@ func (c *conformance) do(k call) answer {
 	return got
 }
 
-func randKey(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return base64.StdEncoding.EncodeToString(b)
-}
-
-// conformanceEnv boots the real handlers of every route, as the local stack
-// serves them, on a fresh database. No dispatcher: the events stay in the
-// outbox, which is all GET /v1/inbox reads.
-func conformanceEnv(t *testing.T, adminKey string) (Registry, config.Config) {
-	t.Helper()
-	_, dsn := mysqltest.New(t)
-	vars := map[string]string{
-		"MYSQL_DSN":             dsn,
-		"MESH_ADMIN_KEY":        adminKey,
-		"MESH_JWT_KEYS":         "k1:" + randKey(32),
-		"MESH_INBOX_MASTER_KEY": randKey(32),
+func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
+	start := time.Now()
+	// The real handlers of every route, as the local stack serves them, on a
+	// fresh database. No dispatcher: the events stay in the outbox, which is
+	// all GET /v1/inbox reads.
+	stack := localstacktest.Start(t, localstacktest.Options{Env: map[string]string{
 		// Told to meshd in the token answer; nothing here dials it.
 		"KAFKA_BROKERS": "127.0.0.1:9092",
 		// Short, so the task scanner's idle-timeout events can be read at
 		// the end; the scanner runs only when the scenario calls it.
 		"MESH_TASK_IDLE_TIMEOUT": "1s",
-	}
-	cfg, err := config.Load(func(k string) string { return vars[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.DB.Close() })
-	reg, err := NewRegistry(env, Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg, cfg
-}
-
-func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
-	start := time.Now()
-	tpl, root := repoTemplate(t)
-	doc := loadAPIDoc(t, root)
+	}})
+	tpl, reg, cfg, adminKey := stack.Template, stack.Registry, stack.Config, stack.AdminKey
+	doc := loadAPIDoc(t, stack.Root)
 
 	t.Run("every operation lists the codes of each problem status it declares", func(t *testing.T) {
 		for path, item := range doc.doc.Paths.Map() {
@@ -395,15 +366,7 @@ func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
 		}
 	})
 
-	adminKey := randKey(24)
-	reg, cfg := conformanceEnv(t, adminKey)
-	srv, err := NewServer(tpl, reg.HTTP, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv)
-	defer api.Close()
-	c := &conformance{t: t, doc: doc, base: api.URL, seen: map[string]map[int]bool{}, codes: map[string]map[string]bool{}, samples: map[string]sample{}}
+	c := &conformance{t: t, doc: doc, base: stack.URL, seen: map[string]map[int]bool{}, codes: map[string]map[string]bool{}, samples: map[string]sample{}}
 	runScenario(t, c, reg, cfg, adminKey)
 
 	// The health route's error answer needs a database that does not
@@ -413,7 +376,7 @@ func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	down.DB.Close()
-	downSrv, err := NewServer(tpl, map[string]httpapi.LambdaHandler{"HealthFunction": down.HTTP(down.Endpoints().Must("HealthFunction"))}, nil)
+	downSrv, err := localstack.NewServer(tpl, map[string]httpapi.LambdaHandler{"HealthFunction": down.HTTP(down.Endpoints().Must("HealthFunction"))}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +449,7 @@ func sortedStatuses(m map[int]bool) []int {
 }
 
 // runScenario hits every route with successes and errors.
-func runScenario(t *testing.T, c *conformance, reg Registry, cfg config.Config, adminKey string) {
+func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg config.Config, adminKey string) {
 	admin := "Bearer " + adminKey
 	text := func(s string) []map[string]any { return []map[string]any{{"kind": "text", "text": s}} }
 

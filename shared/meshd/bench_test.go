@@ -2,12 +2,10 @@ package meshd_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -38,12 +36,7 @@ import (
 func BenchmarkMemoryUnderLag(b *testing.B) {
 	const size = 16 << 10
 	brokers := kafkatest.Brokers(b)
-	master := make([]byte, seal.KeySize)
-	_, _ = rand.Read(master)
-	sealer, err := seal.New(master)
-	if err != nil {
-		b.Fatal(err)
-	}
+	sealer := newSealer(b)
 	// Two backlogs, 4× apart: the peak must not grow with the lag.
 	for _, n := range []int{500, 2000} {
 		b.Run(fmt.Sprintf("backlog=%dx%dKiB", n, size>>10), func(b *testing.B) {
@@ -58,9 +51,7 @@ func lagRun(b *testing.B, brokers []string, sealer *seal.Sealer, n, size int) {
 	topic := kafkatest.Topic(b, brokers, 12)
 	// The routes meshd calls besides Kafka (token, heartbeat, offline); the
 	// fake holds no events, so nothing is ever read through the inbox API.
-	api := &fakeAPI{changed: make(chan struct{}), agent: "bob", sealer: sealer, epoch: 1, brokers: brokers, topic: topic, served: map[int64]int{}}
-	srv := httptest.NewServer(api)
-	b.Cleanup(srv.Close)
+	_, srv := newFakeAPI(b, "bob", sealer, brokers, topic)
 	produceBacklog(b, brokers, topic, sealer, n, size)
 
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))

@@ -37,7 +37,7 @@ type fakeAPI struct {
 	offAt    time.Time
 }
 
-func newFakeAPI(t *testing.T, agent string, sealer *seal.Sealer, brokers []string, topic string) (*fakeAPI, *httptest.Server) {
+func newFakeAPI(t testing.TB, agent string, sealer *seal.Sealer, brokers []string, topic string) (*fakeAPI, *httptest.Server) {
 	f := &fakeAPI{changed: make(chan struct{}), agent: agent, sealer: sealer, epoch: 1, brokers: brokers, topic: topic, served: map[int64]int{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)

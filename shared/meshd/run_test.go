@@ -43,7 +43,9 @@ type fixture struct {
 	logs    *syncBuffer
 }
 
-func newFixture(t *testing.T, withKafka bool) *fixture {
+// newSealer is a sealer on a fresh random master key, standing in for the
+// dispatcher's.
+func newSealer(t testing.TB) *seal.Sealer {
 	t.Helper()
 	master := make([]byte, seal.KeySize)
 	_, _ = rand.Read(master)
@@ -51,8 +53,15 @@ func newFixture(t *testing.T, withKafka bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func newFixture(t *testing.T, withKafka bool) *fixture {
+	t.Helper()
+	s := newSealer(t)
 	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: &syncBuffer{}}
 	if withKafka {
+		var err error
 		f.brokers = kafkatest.Brokers(t)
 		f.topic = kafkatest.Topic(t, f.brokers, partitions)
 		f.prod, err = kafka.NewProducer(context.Background(), kafka.Options{Brokers: f.brokers}, f.topic)

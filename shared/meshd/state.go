@@ -38,28 +38,46 @@ func StatePath(dir, agentID string) string {
 // to another agent is an error, never silently reset, because resetting
 // would run the handler again for everything.
 func LoadState(dir, agentID string) (State, error) {
-	if !mesh.ValidAgentID(agentID) {
-		return State{}, fmt.Errorf("meshd: invalid agent id %q", agentID)
-	}
-	path := StatePath(dir, agentID)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return State{AgentID: agentID, Offset: -1}, nil
-	}
-	if err != nil {
-		return State{}, fmt.Errorf("meshd: read state: %w", err)
-	}
 	var s State
-	if err := json.Unmarshal(data, &s); err != nil {
-		return State{}, fmt.Errorf("meshd: state file %s is corrupt (%v); move it away to start over", path, err)
+	path := StatePath(dir, agentID)
+	found, err := ReadAgentFile("meshd", "state", path, agentID, &s, func() string { return s.AgentID })
+	if err != nil {
+		return State{}, err
 	}
-	if s.AgentID != agentID {
-		return State{}, fmt.Errorf("meshd: state file %s belongs to agent %q, not %q", path, s.AgentID, agentID)
+	if !found {
+		return State{AgentID: agentID, Offset: -1}, nil
 	}
 	if s.LastSeq < 0 || s.Offset < -1 {
 		return State{}, fmt.Errorf("meshd: state file %s holds impossible values (last_seq %d, offset %d)", path, s.LastSeq, s.Offset)
 	}
 	return s, nil
+}
+
+// ReadAgentFile reads the per-agent JSON file at path into v, for meshd's
+// state and the MCP cursor alike. A missing file is found=false with no
+// error (the caller starts fresh); an unreadable or corrupt file, or one whose
+// owner (read from v after decoding) is not agentID, is an error naming the
+// file, never a silent reset, because a reset would hand the agent
+// everything again. pkg and noun name the caller in errors ("meshd",
+// "state"); the caller checks its own fields' ranges afterwards.
+func ReadAgentFile(pkg, noun, path, agentID string, v any, owner func() string) (found bool, err error) {
+	if !mesh.ValidAgentID(agentID) {
+		return false, fmt.Errorf("%s: invalid agent id %q", pkg, agentID)
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: read %s: %w", pkg, noun, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("%s: %s file %s is corrupt (%v); move it away to start over", pkg, noun, path, err)
+	}
+	if got := owner(); got != agentID {
+		return false, fmt.Errorf("%s: %s file %s belongs to agent %q, not %q", pkg, noun, path, got, agentID)
+	}
+	return true, nil
 }
 
 // SaveState writes s to dir atomically (see WriteFileAtomic): a reader, or

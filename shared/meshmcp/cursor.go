@@ -2,10 +2,7 @@ package meshmcp
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -33,23 +30,14 @@ func CursorPath(dir, agentID string) string {
 // an error, never silently reset, because resetting would hand the agent
 // everything again.
 func LoadCursor(dir, agentID string) (Cursor, error) {
-	if !mesh.ValidAgentID(agentID) {
-		return Cursor{}, fmt.Errorf("meshmcp: invalid agent id %q", agentID)
-	}
-	path := CursorPath(dir, agentID)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Cursor{AgentID: agentID}, nil
-	}
-	if err != nil {
-		return Cursor{}, fmt.Errorf("meshmcp: read cursor: %w", err)
-	}
 	var c Cursor
-	if err := json.Unmarshal(data, &c); err != nil {
-		return Cursor{}, fmt.Errorf("meshmcp: cursor file %s is corrupt (%v); move it away to start over", path, err)
+	path := CursorPath(dir, agentID)
+	found, err := meshd.ReadAgentFile("meshmcp", "cursor", path, agentID, &c, func() string { return c.AgentID })
+	if err != nil {
+		return Cursor{}, err
 	}
-	if c.AgentID != agentID {
-		return Cursor{}, fmt.Errorf("meshmcp: cursor file %s belongs to agent %q, not %q", path, c.AgentID, agentID)
+	if !found {
+		return Cursor{AgentID: agentID}, nil
 	}
 	if c.AckedSeq < 0 {
 		return Cursor{}, fmt.Errorf("meshmcp: cursor file %s holds an impossible acked_seq %d", path, c.AckedSeq)

@@ -3,15 +3,10 @@ package meshmcp_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,13 +15,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/config"
-	"github.com/agentmesh/agentmesh/shared/localstack"
+	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshmcp"
-	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 // stack is the real API (template routes, real handlers, real MariaDB)
@@ -38,71 +30,10 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	ctx := context.Background()
-	_, dsn := mysqltest.New(t)
-	randB64 := func(n int) string {
-		b := make([]byte, n)
-		_, _ = rand.Read(b)
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	adminKey := randB64(24)
-	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"MYSQL_DSN": dsn, "MESH_ADMIN_KEY": adminKey, "MESH_JWT_KEYS": "k1:" + randB64(32), "MESH_INBOX_MASTER_KEY": randB64(32)}[k]
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	env, err := app.New(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.DB.Close() })
-	reg, err := localstack.NewRegistry(env, localstack.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl, err := localstack.LoadTemplate(filepath.Join("..", "..", "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := localstack.NewServer(tpl, reg.HTTP, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv)
-	t.Cleanup(api.Close)
-	st := &stack{url: api.URL, keys: map[string]string{}}
-	for _, id := range []string{"alice", "bob", "eve"} {
-		var out struct {
-			APIKey string `json:"api_key"`
-		}
-		st.admin(t, adminKey, "/v1/admin/agents", map[string]string{"agent_id": id, "name": id}, &out)
-		st.keys[id] = out.APIKey
-	}
-	st.admin(t, adminKey, "/v1/admin/friendships", map[string]string{"a": "alice", "b": "bob"}, nil)
+	api := localstacktest.Start(t, localstacktest.Options{})
+	st := &stack{url: api.URL, keys: api.Agents(t, "alice", "bob", "eve")}
+	api.Befriend(t, "alice", "bob")
 	return st
-}
-
-func (st *stack) admin(t *testing.T, adminKey, path string, in, out any) {
-	t.Helper()
-	b, _ := json.Marshal(in)
-	req, _ := http.NewRequest(http.MethodPost, st.url+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+adminKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("POST %s: %s", path, resp.Status)
-	}
-	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // session is an MCP client connected to a meshmcp server of one agent over

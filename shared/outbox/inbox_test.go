@@ -2,13 +2,10 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
@@ -117,55 +114,17 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			plans := explain(t, db, c.query, c.args...)
-			if len(plans) == 0 || plans[0].key != c.key || plans[0].typ == "ALL" || plans[0].typ == "index" {
+			plans := mysqltest.Explain(t, db, c.query, c.args...)
+			if len(plans) == 0 || plans[0].Key != c.key || plans[0].Type == "ALL" || plans[0].Type == "index" {
 				t.Fatalf("plan %+v, want a range or ref on %s", plans, c.key)
 			}
 		})
 	}
 	t.Run("oldest_seq reads one recipient's index prefix", func(t *testing.T) {
-		for _, p := range explain(t, db, oldestSeqSQL, "q0100", "q0100") {
-			if p.typ == "ALL" || p.typ == "index" {
+		for _, p := range mysqltest.Explain(t, db, oldestSeqSQL, "q0100", "q0100") {
+			if p.Type == "ALL" || p.Type == "index" {
 				t.Fatalf("a scan in %+v", p)
 			}
 		}
 	})
-}
-
-type planRow struct{ table, typ, key, extra string }
-
-func explain(t *testing.T, db *mysql.DB, query string, args ...any) []planRow {
-	t.Helper()
-	rows, err := db.Query("EXPLAIN "+query, args...)
-	if err != nil {
-		t.Fatalf("EXPLAIN %s: %v", query, err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	var out []planRow
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		var p planRow
-		for i, c := range cols {
-			switch strings.ToLower(c) {
-			case "table":
-				p.table = vals[i].String
-			case "type":
-				p.typ = vals[i].String
-			case "key":
-				p.key = vals[i].String
-			case "extra":
-				p.extra = vals[i].String
-			}
-		}
-		out = append(out, p)
-	}
-	return out
 }

@@ -1,11 +1,12 @@
 package tasks
 
 import (
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 // The scanner, list and task statements must use their indexes on a table
@@ -52,55 +53,17 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			plans := explain(t, f.db.DB, c.query, c.args...)
+			plans := mysqltest.Explain(t, f.db.DB, c.query, c.args...)
 			var keys []string
 			for _, p := range plans {
-				if p.typ == "ALL" && p.table != "" && !strings.HasPrefix(p.table, "<") || p.typ == "index" {
+				if p.Type == "ALL" && p.Table != "" && !strings.HasPrefix(p.Table, "<") || p.Type == "index" {
 					t.Fatalf("a scan in %+v", plans)
 				}
-				keys = append(keys, p.key)
+				keys = append(keys, p.Key)
 			}
 			if fmt.Sprint(keys) != fmt.Sprint(c.keys) {
 				t.Fatalf("keys %v, want %v (plan %+v)", keys, c.keys, plans)
 			}
 		})
 	}
-}
-
-type planRow struct{ table, typ, key, extra string }
-
-func explain(t *testing.T, db *sql.DB, query string, args ...any) []planRow {
-	t.Helper()
-	rows, err := db.Query("EXPLAIN "+query, args...)
-	if err != nil {
-		t.Fatalf("EXPLAIN %s: %v", query, err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	var out []planRow
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		var p planRow
-		for i, c := range cols {
-			switch strings.ToLower(c) {
-			case "table":
-				p.table = vals[i].String
-			case "type":
-				p.typ = vals[i].String
-			case "key":
-				p.key = vals[i].String
-			case "extra":
-				p.extra = vals[i].String
-			}
-		}
-		out = append(out, p)
-	}
-	return out
 }

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"os"
+	"strings"
 	"testing"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -72,4 +73,52 @@ func Empty(t testing.TB) (*mysql.DB, string) {
 		admin.Close()
 	})
 	return db, dsn
+}
+
+// PlanRow is the part of one EXPLAIN row that index tests check.
+type PlanRow struct{ Table, Type, Key, Extra string }
+
+// Explain runs EXPLAIN query with args on db and returns its plan rows, so a
+// test can check a statement uses its index (no Type "ALL" or "index").
+// Columns are matched by name, case-insensitively: MySQL and MariaDB name
+// and order them differently.
+func Explain(t testing.TB, db interface {
+	Query(string, ...any) (*sql.Rows, error)
+}, query string, args ...any) []PlanRow {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []PlanRow
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		var p PlanRow
+		for i, c := range cols {
+			switch strings.ToLower(c) {
+			case "table":
+				p.Table = vals[i].String
+			case "type":
+				p.Type = vals[i].String
+			case "key":
+				p.Key = vals[i].String
+			case "extra":
+				p.Extra = vals[i].String
+			}
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
+	return out
 }
