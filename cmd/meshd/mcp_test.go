@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshmcp"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 // realMesh serves the real API in-process (template routes, real handlers,
@@ -27,23 +27,6 @@ func realMesh(t *testing.T) (string, map[string]string) {
 	keys := api.Agents(t, "alice", "bob")
 	api.Befriend(t, "alice", "bob")
 	return api.URL, keys
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 type readCloser struct {
@@ -61,7 +44,7 @@ func TestMCPCommandServesTheToolsOverStdio(t *testing.T) {
 
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
-	var stderr, frames syncBuffer
+	var stderr, frames testenv.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- cli(ctx, []string{"mcp"}, env(map[string]string{"MESH_API_URL": apiURL, "MESH_API_KEY": keys["bob"], "MESH_STATE_DIR": dir}), stdinR, stdoutW, &stderr)

@@ -9,36 +9,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
-
-// syncBuffer is a bytes.Buffer that several goroutines may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runMesh runs Run until the demo is done, checks GET /v1/health and stops
 // it as Ctrl-C would. It returns the terminal output and stderr.
 func runMesh(t *testing.T, env map[string]string) (out, stderr string) {
 	t.Helper()
-	var o, e syncBuffer
+	var o, e testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -1,7 +1,6 @@
 package meshd_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
 	"github.com/agentmesh/agentmesh/shared/seal"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 const partitions = 3
@@ -40,7 +40,7 @@ type fixture struct {
 	sealer  *seal.Sealer
 	prod    *kgo.Client
 	dir     string
-	logs    *syncBuffer
+	logs    *testenv.Buffer
 }
 
 // newSealer is a sealer on a fresh random master key, standing in for the
@@ -59,7 +59,7 @@ func newSealer(t testing.TB) *seal.Sealer {
 func newFixture(t *testing.T, withKafka bool) *fixture {
 	t.Helper()
 	s := newSealer(t)
-	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: &syncBuffer{}}
+	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: &testenv.Buffer{}}
 	if withKafka {
 		var err error
 		f.brokers = kafkatest.Brokers(t)
@@ -774,21 +774,4 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 			t.Errorf("logs contain %q", secret)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshmcp"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 // stack is the real API (template routes, real handlers, real MariaDB)
@@ -47,25 +48,7 @@ type session struct {
 	transcript *bytes.Buffer
 }
 
-// logBuffer collects the servers' logs (concurrently written).
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (st *stack) connect(t *testing.T, agent, stateDir string, logs *logBuffer, transcript *bytes.Buffer, mu *sync.Mutex) *session {
+func (st *stack) connect(t *testing.T, agent, stateDir string, logs *testenv.Buffer, transcript *bytes.Buffer, mu *sync.Mutex) *session {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := meshmcp.New(meshmcp.Config{
@@ -158,7 +141,7 @@ func text(res *mcp.CallToolResult) string {
 
 func TestMCPServer(t *testing.T) {
 	st := newStack(t)
-	logs := &logBuffer{}
+	logs := &testenv.Buffer{}
 	var transcript bytes.Buffer
 	var mu sync.Mutex
 	aliceDir, bobDir := t.TempDir(), t.TempDir()
