@@ -77,6 +77,14 @@ func (j Janitor) Run(ctx context.Context) error {
 	return nil
 }
 
+// BatchSize is the number of rows one statement deletes at most.
+func (j Janitor) BatchSize() int {
+	if j.Batch <= 0 {
+		return defaultJanitor
+	}
+	return j.Batch
+}
+
 // RunOnce deletes one batch; more reports whether a full batch was found.
 func (j Janitor) RunOnce(ctx context.Context) (deleted int, more bool, err error) {
 	if j.Retention <= 0 {
@@ -86,10 +94,7 @@ func (j Janitor) RunOnce(ctx context.Context) (deleted int, more bool, err error
 	if clock == nil {
 		clock = mesh.SystemClock
 	}
-	batch := j.Batch
-	if batch <= 0 {
-		batch = defaultJanitor
-	}
+	batch := j.BatchSize()
 	cutoff := clock().Add(-j.Retention)
 	ids, err := selectIDs(ctx, j.DB, oldSentSQL, cutoff, batch)
 	if err != nil {

@@ -142,7 +142,7 @@ func Jobs(s *Service) app.Jobs {
 	s.withDefaults()
 	return app.Jobs{
 		"TaskScannerFunction":   s.ScanIdleTasks,
-		"OutboxJanitorFunction": s.Janitor.Run,
+		"OutboxJanitorFunction": s.RunJanitor,
 	}
 }
 
