@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,6 +65,12 @@ type Dispatcher struct {
 	PerRecipient int           // events per recipient per batch (default 200)
 	MaxAttempts  int           // attempts before dead-lettering (default 10)
 	BaseBackoff  time.Duration // first retry delay (default 5 s), doubled per attempt
+
+	// cursor is the last recipient of the previous batch: the next batch
+	// starts after it and wraps around, so recipients that keep receiving
+	// events cannot starve the ones after them in key order.
+	cursorMu sync.Mutex
+	cursor   string
 }
 
 // Stats counts what one batch did.
@@ -160,6 +167,10 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		if err != nil || len(held) == 0 {
 			return err
 		}
+		// Settle times are read once the recipients are held, so per
+		// recipient sent_at grows with seq even across dispatchers, and the
+		// janitor always expires a prefix.
+		settledAt := d.Clock()
 		st.Recipients = len(held)
 		batches := make([][]row, 0, len(held))
 		var recs []*kgo.Record
@@ -182,7 +193,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		for bi, rows := range batches {
 			res := errs[i : i+len(rows)]
 			i += len(rows)
-			if err := d.settle(ctx, tx, held[bi], rows, res, now, &st); err != nil {
+			if err := d.settle(ctx, tx, held[bi], rows, res, settledAt, &st); err != nil {
 				return err
 			}
 		}
@@ -198,11 +209,57 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 // dueRecipients finds recipients with pending events whose backoff has
 // passed, and makes sure each has a dispatch_state row to lock.
 func (d *Dispatcher) dueRecipients(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := d.DB.QueryContext(ctx, `SELECT p.recipient FROM
-  (SELECT DISTINCT recipient FROM outbox_events WHERE delivery = 'pending') p
+	d.cursorMu.Lock()
+	after := d.cursor
+	d.cursorMu.Unlock()
+	// Round robin: the recipients after the cursor, then from the start.
+	out, err := queryRecipients(ctx, d.DB, dueAfterSQL, after, now, d.Recipients)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) < d.Recipients && after != "" {
+		more, err := queryRecipients(ctx, d.DB, dueUpToSQL, after, now, d.Recipients-len(out))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
+	}
+	if len(out) == 0 {
+		d.cursorMu.Lock()
+		d.cursor = ""
+		d.cursorMu.Unlock()
+		return nil, nil
+	}
+	d.cursorMu.Lock()
+	d.cursor = out[len(out)-1]
+	d.cursorMu.Unlock()
+	args := make([]any, 0, len(out)*2)
+	vals := make([]string, len(out))
+	for i, r := range out {
+		vals[i] = "(?, 0, ?)"
+		args = append(args, r, now)
+	}
+	_, err = d.DB.ExecContext(ctx, "INSERT IGNORE INTO dispatch_state (recipient, attempts, next_attempt_at) VALUES "+strings.Join(vals, ","), args...)
+	return out, err
+}
+
+// The due recipients after (dueAfterSQL) or up to (dueUpToSQL) a key, in
+// key order.
+const (
+	dueAfterSQL = `SELECT p.recipient FROM
+  (SELECT DISTINCT recipient FROM outbox_events WHERE delivery = 'pending' AND recipient > ?) p
   LEFT JOIN dispatch_state s ON s.recipient = p.recipient
 WHERE s.recipient IS NULL OR s.next_attempt_at <= ?
-ORDER BY p.recipient LIMIT ?`, now, d.Recipients)
+ORDER BY p.recipient LIMIT ?`
+	dueUpToSQL = `SELECT p.recipient FROM
+  (SELECT DISTINCT recipient FROM outbox_events WHERE delivery = 'pending' AND recipient <= ?) p
+  LEFT JOIN dispatch_state s ON s.recipient = p.recipient
+WHERE s.recipient IS NULL OR s.next_attempt_at <= ?
+ORDER BY p.recipient LIMIT ?`
+)
+
+func queryRecipients(ctx context.Context, db *mysql.DB, query, bound string, now time.Time, limit int) ([]string, error) {
+	rows, err := db.QueryContext(ctx, query, bound, now, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -215,17 +272,7 @@ ORDER BY p.recipient LIMIT ?`, now, d.Recipients)
 		}
 		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil || len(out) == 0 {
-		return out, err
-	}
-	args := make([]any, 0, len(out)*2)
-	vals := make([]string, len(out))
-	for i, r := range out {
-		vals[i] = "(?, 0, ?)"
-		args = append(args, r, now)
-	}
-	_, err = d.DB.ExecContext(ctx, "INSERT IGNORE INTO dispatch_state (recipient, attempts, next_attempt_at) VALUES "+strings.Join(vals, ","), args...)
-	return out, err
+	return out, rows.Err()
 }
 
 type holder struct {

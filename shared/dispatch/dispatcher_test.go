@@ -431,3 +431,28 @@ func (p *faultPublisher) Publish(ctx context.Context, recs []*kgo.Record) []erro
 	}
 	return errs
 }
+
+// TestDispatcherServesEveryRecipientUnderLoad proves a batch does not always
+// start at the alphabetically first recipients: while they keep receiving
+// events, a later recipient still gets its turn instead of starving.
+func TestDispatcherServesEveryRecipientUnderLoad(t *testing.T) {
+	f := newDispFixture(t, 1)
+	f.agents(t, "a", "b", "c")
+	d := f.dispatcher(nil, nil)
+	d.Recipients = 2
+	f.send(t, "x", "a", 1)
+	f.send(t, "x", "b", 1)
+	f.send(t, "x", "c", 1)
+	for round := 1; round <= 3; round++ {
+		if _, err := d.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if f.deliveries(t, "c")["sent"] == 1 {
+			return
+		}
+		// a and b get new mail between batches, as under sustained load.
+		f.send(t, "x", "a", 1)
+		f.send(t, "x", "b", 1)
+	}
+	t.Fatalf("c was never published in 3 batches of 2 while a and b kept receiving: %v", f.deliveries(t, "c"))
+}

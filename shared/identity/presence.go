@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -59,7 +60,8 @@ func (s *Service) Heartbeat(ctx context.Context, agentID, instanceID string, sta
 	}
 	var statsArg any
 	if st := bytes.TrimSpace(stats); len(st) > 0 && !bytes.Equal(st, []byte("null")) {
-		if st[0] != '{' {
+		// Invalid UTF-8 would fail the insert into the utf8mb4 column (a 5xx).
+		if st[0] != '{' || !utf8.Valid(st) {
 			return HeartbeatResult{}, mesh.Errorf(mesh.KindUnprocessable, "invalid_stats", "stats must be a JSON object")
 		}
 		if len(st) > MaxStatsBytes {

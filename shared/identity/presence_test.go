@@ -219,6 +219,7 @@ func TestHeartbeatRejectsBadInput(t *testing.T) {
 		{"an instance_id over 128 characters", fmt.Sprintf(`{"instance_id":%q}`, strings.Repeat("x", 129)), 422, "invalid_instance_id"},
 		{"stats that are not an object", `{"instance_id":"a","stats":[1]}`, 422, "invalid_stats"},
 		{"stats over 8 KiB", fmt.Sprintf(`{"instance_id":"a","stats":{"x":%q}}`, strings.Repeat("y", MaxStatsBytes)), 422, "stats_too_large"},
+		{"stats with invalid UTF-8", "{\"instance_id\":\"a\",\"stats\":{\"x\":\"\xff\xfe\"}}", 422, "invalid_stats"},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s gets %d and changes nothing", c.name, c.status), func(t *testing.T) {

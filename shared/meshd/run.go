@@ -421,11 +421,26 @@ func (r *runner) onRecord(ctx context.Context, rec *kgo.Record) error {
 		}
 	}
 	opened, err := r.open(ctx, env)
+	if errors.Is(err, errExpired) {
+		// Kafka kept the record longer than MySQL kept the event, and the
+		// copy does not open: nothing can deliver it any more.
+		r.log.Error("events expired before they were handled; they cannot be delivered",
+			"from_seq", env.Seq, "to_seq", env.Seq, "err", err)
+		r.state.LastSeq, r.state.Offset = env.Seq, rec.Offset
+		if err := r.persist(); err != nil {
+			return err
+		}
+		r.handled.Store(env.Seq)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	return r.deliver(ctx, opened, rec.Offset)
 }
+
+// errExpired: the inbox API no longer holds the event (retention).
+var errExpired = errors.New("meshd: the event is past the inbox retention")
 
 // open decrypts env's body with the agent's key; when the epoch differs or
 // the body does not open, it reads that event from the inbox API (MySQL is
@@ -464,6 +479,10 @@ func (r *runner) fetchOne(ctx context.Context, seq int64) (mesh.Envelope, error)
 		if err == nil {
 			if len(page.Events) > 0 && page.Events[0].Seq == seq {
 				return page.Events[0], nil
+			}
+			if page.OldestSeq > seq {
+				// Retrying cannot bring it back.
+				return mesh.Envelope{}, fmt.Errorf("%w: seq %d, oldest retained %d", errExpired, seq, page.OldestSeq)
 			}
 			err = fmt.Errorf("the inbox API did not return seq %d", seq)
 		} else if fatal(err) {

@@ -775,3 +775,33 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestAnUnopenableRecordPastRetentionIsSkippedNotRetriedForever covers a
+// Kafka record that does not open (here: sealed under a retired key epoch)
+// whose event the inbox no longer holds: Kafka kept it longer than the
+// outbox retention. It is reported as expired and the stream goes on, as
+// for expired events found through the inbox.
+func TestAnUnopenableRecordPastRetentionIsSkippedNotRetriedForever(t *testing.T) {
+	f := newFixture(t, true)
+	e1 := f.api.add(mesh.EventMessage, "alice", "m1")
+	e2 := f.api.add(mesh.EventMessage, "alice", "m2")
+	e3 := f.api.add(mesh.EventMessage, "alice", "m3")
+	f.api.mu.Lock()
+	f.api.oldest = 3 // seqs 1 and 2 are gone from MySQL, still on Kafka
+	f.api.mu.Unlock()
+	old := e1
+	old.KeyEpoch = 0
+	f.produce(f.record(old), f.record(e2), f.record(e3))
+	h := newRecorder()
+	r := f.start(h, nil)
+	h.waitFor(t, 2, 10*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.handled(); !slices.Equal(got, []int64{2, 3}) {
+		t.Errorf("handled %v, want [2 3]", got)
+	}
+	if !strings.Contains(f.logs.String(), "expired before they were handled") {
+		t.Error("the loss was not logged")
+	}
+}

@@ -195,3 +195,32 @@ func TestChunkEnd(t *testing.T) {
 		})
 	}
 }
+
+func TestAppendSealsUnderTheEpochCommittedLast(t *testing.T) {
+	db, _ := mysqltest.New(t)
+	withAgents(t, db, "bob")
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// The writer's snapshot is taken before the rotation commits...
+	var epoch int
+	if err := tx.QueryRowContext(ctx, "SELECT key_epoch FROM agents WHERE agent_id = 'bob'").Scan(&epoch); err != nil || epoch != 1 {
+		t.Fatalf("epoch %d, %v", epoch, err)
+	}
+	if _, err := db.Exec("UPDATE agents SET key_epoch = key_epoch + 1 WHERE agent_id = 'bob'"); err != nil {
+		t.Fatal(err)
+	}
+	// ...yet its event must be sealed for the rotated key, not the retired one.
+	if err := Append(ctx, tx, []Event{event("bob", "m1", `{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow("SELECT key_epoch FROM outbox_events WHERE recipient = 'bob' AND seq = 1").Scan(&epoch); err != nil || epoch != 2 {
+		t.Fatalf("event sealed under epoch %d (%v), want 2", epoch, err)
+	}
+}

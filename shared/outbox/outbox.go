@@ -49,7 +49,12 @@ const (
 	// index, locking every counter of the mesh, not just the recipients'.
 	lockCountersSQL = `UPDATE inbox_counters FORCE INDEX (PRIMARY) SET last_seq = last_seq + CASE recipient WHEN ? THEN ? END
 WHERE recipient IN (?) ORDER BY recipient`
-	readCountersSQL = `SELECT c.recipient, c.last_seq, a.key_epoch FROM inbox_counters c JOIN agents a ON a.agent_id = c.recipient WHERE c.recipient IN (?)`
+	// A locking read of key_epoch: a rotation that committed after this
+	// transaction's snapshot must not leave new events sealed under the
+	// retired key. Writers take these shared locks after their counter locks,
+	// and nothing that locks an agents row goes on to lock a counter, so the
+	// order cannot deadlock.
+	readCountersSQL = `SELECT c.recipient, c.last_seq, a.key_epoch FROM inbox_counters c JOIN agents a ON a.agent_id = c.recipient WHERE c.recipient IN (?) LOCK IN SHARE MODE`
 	insertEventsSQL = `INSERT INTO outbox_events
 (recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`

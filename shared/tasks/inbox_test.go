@@ -120,6 +120,7 @@ func TestInboxAPI(t *testing.T) {
 		{"a wait over 20 s", map[string]string{"wait": "21"}},
 		{"a wait in fractions", map[string]string{"wait": "1.5"}},
 		{"a negative wait", map[string]string{"wait": "-1"}},
+		{"a wait whose duration overflows", map[string]string{"wait": "9223372037"}},
 	}
 	for _, c := range bad {
 		t.Run(c.name+" is a 400", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -195,7 +196,9 @@ func validatePart(p *mesh.Part) error {
 			return partProblem("a data part needs a JSON value in data")
 		}
 		var buf bytes.Buffer
-		if err := json.Compact(&buf, p.Data); err != nil {
+		// json keeps a raw value's bytes as sent: invalid UTF-8 would fail
+		// the insert into the utf8mb4 column (a 5xx) instead of a 400.
+		if err := json.Compact(&buf, p.Data); err != nil || !utf8.Valid(p.Data) {
 			return partProblem("data is not valid JSON")
 		}
 		p.Data = buf.Bytes()

@@ -237,6 +237,9 @@ func (s *Service) ListTasks(ctx context.Context, caller string, q ListQuery) (Li
 	return res, nil
 }
 
+// maxCursorMicros is 9999-12-31 23:59:59.999999 UTC, the last DATETIME.
+var maxCursorMicros = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
+
 // Cursors are opaque to clients: base64url of "v1|<unix micros>|<task_id>".
 func encodeCursor(at time.Time, taskID string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("v1|" + strconv.FormatInt(at.UnixMicro(), 10) + "|" + taskID))
@@ -253,7 +256,9 @@ func decodeCursor(c string) (time.Time, string, error) {
 		return time.Time{}, "", bad
 	}
 	us, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil || us < 0 {
+	// DATETIME ends at year 9999; a later time makes the driver fail the
+	// query, a 5xx for a client's forged cursor.
+	if err != nil || us < 0 || us > maxCursorMicros {
 		return time.Time{}, "", bad
 	}
 	return time.UnixMicro(us).UTC(), f[2], nil
@@ -288,7 +293,8 @@ func ParseInboxQuery(get func(string) string) (InboxQuery, error) {
 	}
 	if v := get("wait"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || time.Duration(n)*time.Second > outbox.MaxInboxWait {
+		// Compared in seconds: n*time.Second could overflow into a negative.
+		if err != nil || n < 0 || n > int(outbox.MaxInboxWait/time.Second) {
 			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "wait must be whole seconds from 0 to %d", int(outbox.MaxInboxWait/time.Second))
 		}
 		q.Wait = time.Duration(n) * time.Second

@@ -225,6 +225,8 @@ func TestListTasks(t *testing.T) {
 		{"a limit that is not a number is a 400", map[string]string{"limit": "ten"}, "invalid_query"},
 		{"a cursor that is not base64 is a 400", map[string]string{"cursor": "%%%"}, "invalid_cursor"},
 		{"a forged cursor is a 400", map[string]string{"cursor": "djF8bm90LWEtdGltZXx0MQ"}, "invalid_cursor"},
+		{"a cursor past year 9999 is a 400", map[string]string{"cursor": "djF8MjUzNDAyMzAwODAwMDAwMDAwfHQx"}, "invalid_cursor"},
+		{"a cursor at the largest time is a 400", map[string]string{"cursor": "djF8OTIyMzM3MjAzNjg1NDc3NTgwN3x0MQ"}, "invalid_cursor"},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {

@@ -125,6 +125,7 @@ func TestSendRejectsBadInputAndWritesNothing(t *testing.T) {
 		{"an empty text part is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartText}}}, 400, "invalid_part"},
 		{"a text part with a url is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartText, Text: "a", URL: "https://x.y"}}}, 400, "invalid_part"},
 		{"a data part with null is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartData, Data: json.RawMessage("null")}}}, 400, "invalid_part"},
+		{"a data part with invalid UTF-8 is a 400", "{\"to\":\"bob\",\"parts\":[{\"kind\":\"data\",\"data\":{\"x\":\"\xff\xfe\"}}]}", 400, "invalid_part"},
 		{"a relative url is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartURL, URL: "/etc/passwd"}}}, 400, "invalid_part"},
 		{"an ftp url is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartURL, URL: "ftp://example.com/x"}}}, 400, "invalid_part"},
 		{"a file without media_type is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartFile, Bytes: "aGk=", Name: "a.txt"}}}, 400, "invalid_part"},
