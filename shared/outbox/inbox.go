@@ -118,6 +118,12 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 	for {
 		var err error
 		if events, err = Read(ctx, in.DB, recipient, after, limit); err != nil {
+			if ctx.Err() != nil {
+				// Canceled while polling (not before): the same empty page
+				// as a cancel during the pause.
+				events = nil
+				break
+			}
 			return Page{}, err
 		}
 		left := time.Until(deadline)
