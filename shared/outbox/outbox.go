@@ -49,12 +49,16 @@ const (
 	// index, locking every counter of the mesh, not just the recipients'.
 	lockCountersSQL = `UPDATE inbox_counters FORCE INDEX (PRIMARY) SET last_seq = last_seq + CASE recipient WHEN ? THEN ? END
 WHERE recipient IN (?) ORDER BY recipient`
-	// A locking read of key_epoch: a rotation that committed after this
-	// transaction's snapshot must not leave new events sealed under the
-	// retired key. Writers take these shared locks after their counter locks,
-	// and nothing that locks an agents row goes on to lock a counter, so the
-	// order cannot deadlock.
-	readCountersSQL = `SELECT c.recipient, c.last_seq, a.key_epoch FROM inbox_counters c JOIN agents a ON a.agent_id = c.recipient WHERE c.recipient IN (?) LOCK IN SHARE MODE`
+	// The counters were just updated by this transaction, so a plain read
+	// sees their new values; it must not be a locking read, which can lock a
+	// neighbouring counter outside the sorted order and deadlock two fan-outs.
+	readCountersSQL = `SELECT recipient, last_seq FROM inbox_counters WHERE recipient IN (?)`
+	// key_epoch is read with a shared lock: a rotation that committed after
+	// this transaction's snapshot must not leave new events sealed under the
+	// retired key. Only single-agent transactions (heartbeat, key rotation,
+	// friend requests) lock agents rows exclusively, and none of them goes on
+	// to lock a counter, so waiting here cannot close a cycle.
+	readEpochsSQL   = `SELECT agent_id, key_epoch FROM agents WHERE agent_id IN (?) LOCK IN SHARE MODE`
 	insertEventsSQL = `INSERT INTO outbox_events
 (recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -108,12 +112,26 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 		for rows.Next() {
 			var r string
 			var last int64
-			var epoch int
-			if err := rows.Scan(&r, &last, &epoch); err != nil {
+			if err := rows.Scan(&r, &last); err != nil {
 				rows.Close()
 				return err
 			}
 			next[r] = last - count[r] + 1
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if rows, err = tx.QueryContext(ctx, expand(readEpochsSQL, len(chunk)), in...); err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r string
+			var epoch int
+			if err := rows.Scan(&r, &epoch); err != nil {
+				rows.Close()
+				return err
+			}
 			epochs[r] = epoch
 		}
 		rows.Close()
