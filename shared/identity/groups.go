@@ -207,13 +207,7 @@ func memberRole(ctx context.Context, tx *sql.Tx, groupID, agentID string) (role 
 // owner may add admins. Adding an existing member changes nothing and
 // answers its current membership (created = false).
 func (s *Service) AddGroupMember(ctx context.Context, caller, groupID, agentID, role string) (m Membership, created bool, err error) {
-	if !ValidGroupID(groupID) {
-		return m, false, errGroupNotFound
-	}
-	if !mesh.ValidAgentID(agentID) {
-		return m, false, errInvalidAgentID("agent_id")
-	}
-	if role, err = validRole(role); err != nil {
+	if role, err = validMembership(groupID, agentID, role); err != nil {
 		return m, false, err
 	}
 	now := s.now()
@@ -409,13 +403,7 @@ func agentExists(ctx context.Context, tx *sql.Tx, id string) error {
 // without the friendship rule. An existing member is left as is
 // (created = false).
 func (s *Service) AdminAddGroupMember(ctx context.Context, groupID, agentID, role string) (m Membership, created bool, err error) {
-	if !ValidGroupID(groupID) {
-		return m, false, errGroupNotFound
-	}
-	if !mesh.ValidAgentID(agentID) {
-		return m, false, errInvalidAgentID("agent_id")
-	}
-	if role, err = validRole(role); err != nil {
+	if role, err = validMembership(groupID, agentID, role); err != nil {
 		return m, false, err
 	}
 	now := s.now()
@@ -459,4 +447,16 @@ func addMember(ctx context.Context, tx *sql.Tx, m *Membership, created *bool, ro
 	}
 	m.Role, m.JoinedAt, *created = role, now, true
 	return nil
+}
+
+// validMembership checks the input of both add-member routes and returns the
+// role with its default applied.
+func validMembership(groupID, agentID, role string) (string, error) {
+	if !ValidGroupID(groupID) {
+		return "", errGroupNotFound
+	}
+	if !mesh.ValidAgentID(agentID) {
+		return "", errInvalidAgentID("agent_id")
+	}
+	return validRole(role)
 }

@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -105,39 +106,18 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 		if n, _ := res.RowsAffected(); n != int64(len(chunk)) {
 			return mesh.Errorf(mesh.KindNotFound, "agent_not_found", "a recipient does not exist")
 		}
-		rows, err := tx.QueryContext(ctx, expand(readCountersSQL, len(chunk)), in...)
+		lasts, err := readKeyed[int64](ctx, tx, expand(readCountersSQL, len(chunk)), in)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var r string
-			var last int64
-			if err := rows.Scan(&r, &last); err != nil {
-				rows.Close()
-				return err
-			}
+		for r, last := range lasts {
 			next[r] = last - count[r] + 1
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		chunkEpochs, err := readKeyed[int](ctx, tx, expand(readEpochsSQL, len(chunk)), in)
+		if err != nil {
 			return err
 		}
-		if rows, err = tx.QueryContext(ctx, expand(readEpochsSQL, len(chunk)), in...); err != nil {
-			return err
-		}
-		for rows.Next() {
-			var r string
-			var epoch int
-			if err := rows.Scan(&r, &epoch); err != nil {
-				rows.Close()
-				return err
-			}
-			epochs[r] = epoch
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
+		maps.Copy(epochs, chunkEpochs)
 	}
 	for i := range events {
 		e := &events[i]
@@ -216,4 +196,23 @@ func chunkEnd(events []Event, start, maxRows, maxBytes int) int {
 
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+// readKeyed runs a query returning (recipient, value) rows and maps them.
+func readKeyed[V any](ctx context.Context, tx *sql.Tx, query string, args []any) (map[string]V, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]V{}
+	for rows.Next() {
+		var k string
+		var v V
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
 }
