@@ -67,7 +67,20 @@ const (
 	EventMessage  = "message"
 	EventStatus   = "status"
 	EventArtifact = "artifact"
+	// EventUndeliverable stands in for an event the server holds but cannot
+	// serve (its stored content can no longer be encoded or sealed). It keeps
+	// the event's seq and event_id so the recipient's stream stays gapless;
+	// its body is an UndeliverableBody. Consumers log it and move on.
+	EventUndeliverable = "undeliverable"
 )
+
+// UndeliverableBody is the body of an EventUndeliverable placeholder.
+type UndeliverableBody struct {
+	// Code is a stable reason, e.g. "unencodable" or "unsealable".
+	Code string `json:"code"`
+	// OriginalType is the type of the event it replaces.
+	OriginalType string `json:"original_type"`
+}
 
 // EnvelopeVersion is the current value of Envelope.V.
 const EnvelopeVersion = 1

@@ -6,10 +6,14 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -107,6 +111,36 @@ func (db *DB) runTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) 
 // IsRetryable reports whether err is a deadlock or lock-wait timeout.
 func IsRetryable(err error) bool {
 	return errNumber(err) == ErrDeadlock || errNumber(err) == ErrLockWait
+}
+
+// IsUnavailable reports whether err means the database cannot be reached or
+// cannot serve right now (connection refused or lost, server shutting down,
+// too many connections, read-only during a failover): a condition to retry
+// later, not a bug. Callers answer 503 with Retry-After or back off.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	switch errNumber(err) {
+	case 1040, // too many connections
+		1053, // server shutdown in progress
+		1290, // --read-only (Aurora writer failover)
+		1836, // read-only mode
+		1927: // connection was killed (MariaDB)
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	return false
 }
 
 // IsDuplicate reports whether err is a duplicate-key violation (1062).
