@@ -128,7 +128,9 @@ func (s *Service) createAgent(ctx context.Context, agentID, name string) (NewAge
 type RotateOptions struct {
 	// RevokeExisting revokes every other live key of the agent in the same
 	// transaction (rotation after a leak); otherwise old keys stay valid until
-	// revoked one by one (rotation without downtime).
+	// revoked one by one (rotation without downtime). Revoking also rotates
+	// the inbox key (see RotateInboxKey): an inbox key fetched with a leaked
+	// API key must not open mail written after the revocation.
 	RevokeExisting bool `json:"revoke_existing"`
 	// RotateInboxKey bumps agents.key_epoch: events written from now on are
 	// sealed under a new inbox key, which meshd receives with its next token.
@@ -189,8 +191,8 @@ func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptio
 		if _, err := tx.ExecContext(ctx, "INSERT INTO api_keys (key_id, agent_id, secret_hash, created_at) VALUES (?, ?, ?, ?)", keyID, agentID, hash, now); err != nil {
 			return err
 		}
-		if opt.RotateInboxKey {
-			if _, err := tx.ExecContext(ctx, "UPDATE agents SET key_epoch = key_epoch + 1 WHERE agent_id = ?", agentID); err != nil {
+		if opt.RotateInboxKey || len(out.RevokedKeyIDs) > 0 {
+			if err := bumpEpoch(ctx, tx, agentID); err != nil {
 				return err
 			}
 			out.KeyEpoch++
@@ -200,16 +202,28 @@ func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptio
 	return out, err
 }
 
+// bumpEpoch retires the agent's current inbox key: events appended after
+// this commit are sealed under the next epoch (outbox.Append reads key_epoch
+// with a shared lock, so none slips through under the old one).
+func bumpEpoch(ctx context.Context, tx *sql.Tx, agentID string) error {
+	_, err := tx.ExecContext(ctx, "UPDATE agents SET key_epoch = key_epoch + 1 WHERE agent_id = ?", agentID)
+	return err
+}
+
 // RevokedKey is the answer to a revocation.
 type RevokedKey struct {
 	AgentID   string    `json:"agent_id"`
 	KeyID     string    `json:"key_id"`
 	RevokedAt time.Time `json:"revoked_at"`
+	// KeyEpoch is the agent's inbox key epoch after the revocation.
+	KeyEpoch int `json:"key_epoch"`
 }
 
 // RevokeKey revokes one key of agentID. Tokens minted from it stop working at
-// once (AuthenticateAgent checks the key on every request). Revoking a
-// revoked key is a no-op that reports the original time.
+// once (AuthenticateAgent checks the key on every request), and the agent's
+// inbox key epoch is bumped: an inbox key handed out with the revoked key
+// opens nothing written afterwards. Revoking a revoked key is a no-op that
+// reports the original time.
 func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (RevokedKey, error) {
 	notFound := mesh.Errorf(mesh.KindNotFound, "key_not_found", "agent has no key with that id")
 	if !mesh.ValidAgentID(agentID) || !validKeyID(keyID) {
@@ -217,8 +231,16 @@ func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (Revoked
 	}
 	out := RevokedKey{AgentID: agentID, KeyID: keyID}
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		// The agents row first, as RotateKey locks it: one lock order.
+		err := tx.QueryRowContext(ctx, "SELECT key_epoch FROM agents WHERE agent_id = ? FOR UPDATE", agentID).Scan(&out.KeyEpoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound
+		}
+		if err != nil {
+			return err
+		}
 		var revoked sql.NullTime
-		err := tx.QueryRowContext(ctx, "SELECT revoked_at FROM api_keys WHERE key_id = ? AND agent_id = ? FOR UPDATE", keyID, agentID).Scan(&revoked)
+		err = tx.QueryRowContext(ctx, "SELECT revoked_at FROM api_keys WHERE key_id = ? AND agent_id = ? FOR UPDATE", keyID, agentID).Scan(&revoked)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound
 		}
@@ -230,8 +252,11 @@ func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (Revoked
 			return nil
 		}
 		out.RevokedAt = s.now()
-		_, err = tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", out.RevokedAt, keyID)
-		return err
+		if _, err = tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", out.RevokedAt, keyID); err != nil {
+			return err
+		}
+		out.KeyEpoch++
+		return bumpEpoch(ctx, tx, agentID)
 	})
 	return out, err
 }

@@ -207,6 +207,20 @@ func TestKeysAndTokens(t *testing.T) {
 		if err != nil || !again.RevokedAt.Equal(r.RevokedAt) {
 			t.Fatalf("revoking twice: %+v %v, want the original time %v", again, err, r.RevokedAt)
 		}
+		if r.KeyEpoch != 2 || again.KeyEpoch != 2 {
+			t.Fatalf("epochs after revoking once and twice: %d, %d; want 2 and 2 (a repeat rotates nothing)", r.KeyEpoch, again.KeyEpoch)
+		}
+	})
+	step("a revocation retires the inbox key that the revoked key could fetch", func(t *testing.T) {
+		// key1 was revoked above: the live key's token carries the next epoch.
+		tok, err := s.IssueToken(ctx, rot.APIKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := base64.StdEncoding.EncodeToString(s.Sealer.AgentKey("keyed", 1))
+		if tok.KeyEpoch != 2 || tok.InboxKey == old {
+			t.Fatalf("token after a revocation: epoch %d, same inbox key as before: %v", tok.KeyEpoch, tok.InboxKey == old)
+		}
 	})
 	step("revoking another agent's key is a 404", func(t *testing.T) {
 		newAgent(t, s, "other")
@@ -220,7 +234,8 @@ func TestKeysAndTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(r2.RevokedKeyIDs) != 1 || r2.RevokedKeyIDs[0] != rot.KeyID || r2.KeyEpoch != 2 {
+		// One bump for both reasons: the epoch was 2 after the revocation above.
+		if len(r2.RevokedKeyIDs) != 1 || r2.RevokedKeyIDs[0] != rot.KeyID || r2.KeyEpoch != 3 {
 			t.Fatalf("rotation %+v", r2)
 		}
 		if _, err := s.IssueToken(ctx, rot.APIKey); err == nil {
@@ -230,8 +245,21 @@ func TestKeysAndTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after.KeyEpoch != 2 || after.InboxKey == before.InboxKey {
+		if after.KeyEpoch != 3 || after.InboxKey == before.InboxKey {
 			t.Fatalf("inbox key did not rotate: epoch %d", after.KeyEpoch)
+		}
+	})
+	step("rotating with revoke_existing alone still retires the inbox key", func(t *testing.T) {
+		r3, err := s.RotateKey(ctx, "keyed", RotateOptions{RevokeExisting: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r3.RevokedKeyIDs) != 1 || r3.KeyEpoch != 4 {
+			t.Fatalf("rotation %+v, want one revoked key and epoch 4", r3)
+		}
+		r4, err := s.RotateKey(ctx, "keyed", RotateOptions{})
+		if err != nil || r4.KeyEpoch != 4 {
+			t.Fatalf("a plain rotation revokes nothing and keeps the epoch: %+v %v", r4, err)
 		}
 	})
 	step("rotating an unknown agent is a 404", func(t *testing.T) {
