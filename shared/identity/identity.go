@@ -35,6 +35,8 @@ type Service struct {
 	Clock    mesh.Clock
 	AdminKey string
 	JWTKeys  []config.JWTKey
+	// TokenTTL is the lifetime of issued tokens, and the longest any token is
+	// accepted for, whatever its exp claim says.
 	TokenTTL time.Duration
 	Sealer   *seal.Sealer
 	Kafka    KafkaInfo

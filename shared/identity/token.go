@@ -90,6 +90,10 @@ func (s *Service) sign(agentID, keyID string) (string, error) {
 	return t.SignedString(k.Secret)
 }
 
+// maxClockSkew is how far a token's exp may lie beyond now + TokenTTL
+// (clocks of function instances differ slightly).
+const maxClockSkew = time.Minute
+
 var errBadToken = mesh.Errorf(mesh.KindUnauthorized, "invalid_token", "the token is expired, malformed or not signed by this mesh")
 
 // AuthenticateAgent verifies an HS256 JWT (kid selects the key; alg=none and
@@ -137,6 +141,12 @@ func (s *Service) verifyToken(token string) (claims, error) {
 	}, jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(tokenIssuer), jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(func() time.Time { return s.now() }))
 	if err != nil || !mesh.ValidAgentID(c.Subject) || !validKeyID(c.KeyID) {
+		return claims{}, errBadToken
+	}
+	// However validly signed, a token never outlives the configured
+	// lifetime: one minted with a far-future exp (a leaked signing key, a
+	// bug) must not work for years.
+	if c.ExpiresAt.Time.After(s.now().Add(s.TokenTTL + maxClockSkew)) {
 		return claims{}, errBadToken
 	}
 	return c, nil

@@ -61,6 +61,10 @@ func TestVerifyToken(t *testing.T) {
 	otherIssuer.Issuer = "someone-else"
 	badSubject := valid
 	badSubject.Subject = "alice smith"
+	century := valid
+	century.ExpiresAt = jwt.NewNumericDate(now.Add(100 * 365 * 24 * time.Hour))
+	beyondTTL := valid
+	beyondTTL.ExpiresAt = jwt.NewNumericDate(now.Add(time.Hour + 2*time.Minute))
 
 	cases := []struct {
 		name  string
@@ -83,6 +87,8 @@ func TestVerifyToken(t *testing.T) {
 		{"a token without expiry is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, noExp), now, false},
 		{"a token from another issuer is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, otherIssuer), now, false},
 		{"a token whose subject is not an agent id is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, badSubject), now, false},
+		{"a validly signed token that expires in 100 years is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, century), now, false},
+		{"a validly signed token that outlives the token lifetime is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, beyondTTL), now, false},
 		{"garbage is refused", "not.a.token", now, false},
 		{"an empty token is refused", "", now, false},
 	}

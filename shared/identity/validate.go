@@ -18,6 +18,9 @@ func validName(name string) error {
 	if name == "" || !utf8.ValidString(name) || utf8.RuneCountInString(name) > MaxNameLength {
 		return mesh.Errorf(mesh.KindUnprocessable, "invalid_name", "name must be 1-%d characters", MaxNameLength)
 	}
+	if !mesh.PrintableName(name) {
+		return mesh.Errorf(mesh.KindUnprocessable, "invalid_name", "name must be printable: no control characters, line separators or bidirectional formatting")
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"time"
+	"unicode/utf8"
 )
 
 // AgentIDPattern is the documented shape of an agent id: 1-64 characters,
@@ -13,6 +14,20 @@ var AgentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ValidAgentID reports whether id matches AgentIDPattern.
 func ValidAgentID(id string) bool { return AgentIDPattern.MatchString(id) }
+
+// DisplayNamePattern is the documented shape of a display name (agents,
+// groups, artifacts): no C0 or C1 control characters, no line or paragraph
+// separators, no byte-order mark and no bidirectional formatting characters,
+// which would let a name ring a terminal bell, rewrite a roster line on an
+// operator's screen or show reversed text to other agents. Length is checked
+// separately.
+var DisplayNamePattern = regexp.MustCompile(`^[^\x{0000}-\x{001F}\x{007F}-\x{009F}\x{061C}\x{200E}\x{200F}\x{2028}-\x{202E}\x{2066}-\x{2069}\x{FEFF}]+$`)
+
+// PrintableName reports whether name is non-empty valid UTF-8 that matches
+// DisplayNamePattern.
+func PrintableName(name string) bool {
+	return utf8.ValidString(name) && DisplayNamePattern.MatchString(name)
+}
 
 // Presence states of an agent.
 const (
