@@ -5,6 +5,8 @@
 //	meshd send --to bob "text"       send a message; prints {task_id, message_id, ...}
 //	meshd reply --task ID "text"     reply in a task
 //	meshd inbox [--after N]          print inbox events, one JSON object per line
+//	meshd deadletters                list the events meshd run parked
+//	meshd retry SEQ [-- command...]  run a parked event through the handler again
 //	meshd version
 //
 // Configuration comes from the environment: MESH_API_URL, MESH_API_KEY,
@@ -52,6 +54,11 @@ commands:
                               reply in a task
   inbox [--after N] [--limit N] [--wait 5s]
                               print inbox events as JSON lines
+  deadletters [--agent ID] [--json]
+                              list the events meshd run parked (handler failed for good)
+  retry [--agent ID] SEQ [-- command args...]
+                              run parked event SEQ through the handler once; removed from
+                              the list on success (stop meshd run first: it holds the lock)
   version                     print the version
 
 environment:
@@ -62,10 +69,25 @@ environment:
   MESH_HANDLER          handler command line, run with sh -c once per event
                         (or give the command after "run --")
   MESH_HANDLER_TIMEOUT  longest a handler may run (default 30m; 0 = no limit)
+  MESH_HANDLER_ATTEMPTS tries of a failing event before it is parked (default 10; flag -attempts)
+  MESH_HANDLER_BACKOFF  first wait between tries, doubling (default 5s; flag -backoff)
+  MESH_HANDLER_BACKOFF_MAX
+                        longest wait between tries (default 10m; flag -backoff-max);
+                        the defaults span about 30 minutes
+  MESH_KAFKA_PROBE_EVERY
+                        auto mode: how often to check Kafka while polling (default 20s)
   MESH_MODE             auto (default), kafka or poll
   MESH_KAFKA_BROKERS    override the brokers the mesh announces (comma-separated)
   MESH_LOG_FORMAT       text (default) or json; logs go to stderr
   MESH_LOG_LEVEL        debug, info (default), warn or error
+
+handler contract (meshd run and retry):
+  exit 0 = handled. Exit 65, 126 or 127, or a command that cannot start = this event
+  can never be handled: parked at once. Any other status or a timeout is retried with
+  backoff, then parked. Parked: kept in MESH_STATE_DIR/<agent>.deadletters/, the task
+  moved to failed with the error (when this agent is its recipient), delivery moves on.
+  meshd send and reply exit 65 when the mesh refuses the call for good (a 4xx other
+  than 408/429, e.g. 409 task_terminal), so "exec meshd reply ..." passes it on.
 `
 
 func main() {
@@ -96,6 +118,10 @@ func cli(ctx context.Context, args []string, getenv func(string) string, stdin i
 		err = cmdReply(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "inbox":
 		err = cmdInbox(ctx, args[1:], getenv, stdout, stderr)
+	case "deadletters":
+		err = cmdDeadLetters(args[1:], getenv, stdout, stderr)
+	case "retry":
+		err = cmdRetry(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "meshd %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	case "help", "--help", "-h":
@@ -109,6 +135,11 @@ func cli(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return 0
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
 		return 2
+	case meshclient.IsPermanent(err):
+		// The mesh refused the call for good: a handler passing this status
+		// on has its event parked instead of retried.
+		fmt.Fprintf(stderr, "meshd: %s\n", strings.SplitN(err.Error(), "\n", 2)[0])
+		return meshd.ExitPermanent
 	default:
 		// One line: the first line of the error, never a credential.
 		msg := strings.SplitN(err.Error(), "\n", 2)[0]
@@ -181,45 +212,204 @@ func stateDir(getenv func(string) string) (string, error) {
 func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meshd run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	attempts := fs.Int("attempts", 0, "tries of a failing event before it is parked (default MESH_HANDLER_ATTEMPTS or 10)")
+	backoff := fs.Duration("backoff", 0, "first wait between tries (default MESH_HANDLER_BACKOFF or 5s)")
+	backoffMax := fs.Duration("backoff-max", 0, "longest wait between tries (default MESH_HANDLER_BACKOFF_MAX or 10m)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	handler, err := commandHandler(fs.Args(), getenv, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	// A handler that cannot run fails now, naming it, before any network.
+	if err := handler.Check(); err != nil {
+		return err
 	}
 	s, log, dir, err := daemonSettings(getenv, stderr)
 	if err != nil {
 		return err
 	}
-	command := fs.Args()
+	cfg := meshd.Config{API: daemonClient(s, log, "meshd"), StateDir: dir, Handler: handler, Log: log}
+	if err := envInt(getenv, "MESH_HANDLER_ATTEMPTS", &cfg.HandlerAttempts); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+	}{{"MESH_HANDLER_BACKOFF", &cfg.HandlerBackoff}, {"MESH_HANDLER_BACKOFF_MAX", &cfg.HandlerBackoffMax}, {"MESH_KAFKA_PROBE_EVERY", &cfg.ProbeEvery}} {
+		if err := envDuration(getenv, d.name, d.to); err != nil {
+			return err
+		}
+	}
+	if *attempts > 0 {
+		cfg.HandlerAttempts = *attempts
+	}
+	if *backoff > 0 {
+		cfg.HandlerBackoff = *backoff
+	}
+	if *backoffMax > 0 {
+		cfg.HandlerBackoffMax = *backoffMax
+	}
+	if v := getenv("MESH_KAFKA_BROKERS"); v != "" {
+		cfg.KafkaBrokers = strings.Split(v, ",")
+	}
+	cfg.Mode = getenv("MESH_MODE")
+	switch cfg.Mode {
+	case "", meshd.ModeAuto, meshd.ModeKafka, meshd.ModePoll:
+	default:
+		return fmt.Errorf("MESH_MODE must be auto, kafka or poll (got %q)", cfg.Mode)
+	}
+	return meshd.Run(ctx, cfg)
+}
+
+// commandHandler is the handler of run and retry: the command after "--",
+// else MESH_HANDLER run with sh -c, bounded by MESH_HANDLER_TIMEOUT.
+func commandHandler(command []string, getenv func(string) string, stdout, stderr io.Writer) (meshd.CommandHandler, error) {
 	if len(command) == 0 {
 		line := strings.TrimSpace(getenv("MESH_HANDLER"))
 		if line == "" {
-			return errors.New(`MESH_HANDLER is not set: give the command to run for each event, e.g. MESH_HANDLER='cat >> inbox.jsonl' or meshd run -- cat`)
+			return meshd.CommandHandler{}, errors.New(`MESH_HANDLER is not set: give the command to run for each event, e.g. MESH_HANDLER='cat >> inbox.jsonl' or meshd run -- cat`)
 		}
 		command = []string{"sh", "-c", line}
 	}
 	timeout := 30 * time.Minute
-	if v := getenv("MESH_HANDLER_TIMEOUT"); v != "" {
-		if timeout, err = time.ParseDuration(v); err != nil || timeout < 0 {
-			return fmt.Errorf("MESH_HANDLER_TIMEOUT must be a duration like 10m (got %q)", v)
+	if err := envDuration(getenv, "MESH_HANDLER_TIMEOUT", &timeout); err != nil {
+		return meshd.CommandHandler{}, err
+	}
+	return meshd.CommandHandler{Command: command, Timeout: timeout, Stdout: stdout, Stderr: stderr}, nil
+}
+
+// envDuration sets *d from the variable name when it is set (0 allowed).
+func envDuration(getenv func(string) string, name string, d *time.Duration) error {
+	v := getenv(name)
+	if v == "" {
+		return nil
+	}
+	x, err := time.ParseDuration(v)
+	if err != nil || x < 0 {
+		return fmt.Errorf("%s must be a duration like 10m (got %q)", name, v)
+	}
+	*d = x
+	return nil
+}
+
+// envInt sets *n from the variable name when it is set (≥ 1).
+func envInt(getenv func(string) string, name string, n *int) error {
+	v := getenv(name)
+	if v == "" {
+		return nil
+	}
+	x, err := strconv.Atoi(v)
+	if err != nil || x < 1 {
+		return fmt.Errorf("%s must be a whole number ≥ 1 (got %q)", name, v)
+	}
+	*n = x
+	return nil
+}
+
+// localAgent is the agent whose local files deadletters and retry read:
+// --agent, else the only agent with state in dir (no API call needed).
+func localAgent(flagAgent, dir string) (string, error) {
+	if flagAgent != "" {
+		if !mesh.ValidAgentID(flagAgent) {
+			return "", fmt.Errorf("--agent %q is not an agent id", flagAgent)
 		}
+		return flagAgent, nil
 	}
-	var brokers []string
-	if v := getenv("MESH_KAFKA_BROKERS"); v != "" {
-		brokers = strings.Split(v, ",")
+	ids, err := meshd.StateAgents(dir)
+	if err != nil {
+		return "", err
 	}
-	mode := getenv("MESH_MODE")
-	switch mode {
-	case "", meshd.ModeAuto, meshd.ModeKafka, meshd.ModePoll:
+	switch len(ids) {
+	case 0:
+		return "", nil
+	case 1:
+		return ids[0], nil
 	default:
-		return fmt.Errorf("MESH_MODE must be auto, kafka or poll (got %q)", mode)
+		return "", fmt.Errorf("state dir %s holds several agents (%s): pick one with --agent", dir, strings.Join(ids, ", "))
 	}
-	return meshd.Run(ctx, meshd.Config{
-		API:          daemonClient(s, log, "meshd"),
-		StateDir:     dir,
-		Handler:      meshd.CommandHandler{Command: command, Timeout: timeout, Stdout: stdout, Stderr: stderr},
-		Log:          log,
-		Mode:         mode,
-		KafkaBrokers: brokers,
-	})
+}
+
+func cmdDeadLetters(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd deadletters", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	agent := fs.String("agent", "", "agent id (default: the only agent with state in MESH_STATE_DIR)")
+	asJSON := fs.Bool("json", false, "print each parked event in full (envelope included) as a JSON line")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("deadletters takes no arguments (got %q)", fs.Arg(0))
+	}
+	dir, err := stateDir(getenv)
+	if err != nil {
+		return err
+	}
+	id, err := localAgent(*agent, dir)
+	if err != nil || id == "" {
+		return err
+	}
+	dls, err := meshd.ListDeadLetters(dir, id)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	for _, dl := range dls {
+		if *asJSON {
+			if err := enc.Encode(dl); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "seq=%d type=%s from=%s task=%s reason=%s attempts=%d parked_at=%s error=%q\n",
+			dl.Seq, dl.Type, dl.From, dl.TaskID, dl.Reason, dl.Attempts, dl.ParkedAt.Format(time.RFC3339), dl.Error)
+	}
+	return nil
+}
+
+func cmdRetry(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meshd retry", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	agent := fs.String("agent", "", "agent id (default: the only agent with state in MESH_STATE_DIR)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() == 0 {
+		return errors.New("retry needs the SEQ of a parked event (see meshd deadletters)")
+	}
+	seq, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+	if err != nil || seq < 1 {
+		return fmt.Errorf("retry: SEQ must be a positive number (got %q)", fs.Arg(0))
+	}
+	command := fs.Args()[1:]
+	if len(command) > 0 && command[0] == "--" {
+		command = command[1:]
+	}
+	handler, err := commandHandler(command, getenv, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(getenv, stderr)
+	if err != nil {
+		return err
+	}
+	dir, err := stateDir(getenv)
+	if err != nil {
+		return err
+	}
+	id, err := localAgent(*agent, dir)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("no meshd state in %s: nothing was parked", dir)
+	}
+	cfg := meshd.RetryConfig{StateDir: dir, AgentID: id, Handler: handler, Log: log}
+	if s, err := loadSettings(getenv); err == nil {
+		cfg.API = daemonClient(s, log, "meshd")
+	}
+	return meshd.RetryDeadLetter(ctx, cfg, seq)
 }
 
 // cmdMCP serves the MCP tools over stdin/stdout. stdout carries only MCP

@@ -112,8 +112,14 @@ func TestCLI(t *testing.T) {
 		{name: "send reads the text from stdin when none is given", args: []string{"send", "--to", "alice"}, env: base, stdin: "from stdin\n",
 			wantStdout: []string{`"task_id":"t9"`}},
 		{name: "send without --to is one clear line", args: []string{"send", "hi"}, env: base, wantCode: 1, wantStderr: []string{"send needs --to AGENT"}},
-		{name: "an API refusal is printed with its code", args: []string{"send", "--to", "eve", "hi"}, env: base,
-			wantCode: 1, wantStderr: []string{"403 not_reachable: you may only talk to friends and group mates"}},
+		{name: "an API refusal is printed with its code and exits 65, the handler contract's permanent failure", args: []string{"send", "--to", "eve", "hi"}, env: base,
+			wantCode: 65, wantStderr: []string{"403 not_reachable: you may only talk to friends and group mates"}},
+		{name: "run with a handler that does not exist fails at once naming it", args: []string{"run", "--", "/no/such/handler"}, env: base,
+			wantCode: 1, wantStderr: []string{`handler command "/no/such/handler" cannot be run`}},
+		{name: "run with bad attempts is one clear line", args: []string{"run", "--", "cat"}, env: with(map[string]string{"MESH_HANDLER_ATTEMPTS": "0"}),
+			wantCode: 1, wantStderr: []string{"MESH_HANDLER_ATTEMPTS must be a whole number"}},
+		{name: "deadletters with no state lists nothing", args: []string{"deadletters"}, env: with(map[string]string{"MESH_STATE_DIR": "/nonexistent-meshd-state"})},
+		{name: "retry without a seq is one clear line", args: []string{"retry"}, env: base, wantCode: 1, wantStderr: []string{"retry needs the SEQ"}},
 		{name: "inbox prints one event per line and the cursor on stderr", args: []string{"inbox", "--after", "1"}, env: base,
 			wantStdout: []string{`"seq":2`, `"body":{"status":"working"}`}, wantStderr: []string{"next_after=2 oldest_seq=1"}},
 	}
@@ -134,7 +140,7 @@ func TestCLI(t *testing.T) {
 					t.Errorf("stderr %q lacks %q", stderr.String(), w)
 				}
 			}
-			if tc.wantCode == 1 && strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
+			if tc.wantCode != 0 && tc.wantCode != 2 && strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
 				t.Errorf("error is not one line: %q", stderr.String())
 			}
 			if strings.Contains(stdout.String()+stderr.String(), secretKey) || strings.Contains(stdout.String()+stderr.String(), "jwt-abc") {

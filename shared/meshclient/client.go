@@ -408,6 +408,18 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("mesh API %d %s", e.Status, e.Code)
 }
 
+// IsPermanent reports whether err is an answer that retrying cannot change:
+// an *APIError with a 4xx status other than 408 and 429 (a refused key, a
+// forbidden route, a finished task, bad input). Network errors, 5xx, 408 and
+// 429 are transient.
+func IsPermanent(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Status >= 400 && ae.Status < 500 && ae.Status != http.StatusRequestTimeout && ae.Status != http.StatusTooManyRequests
+}
+
 // IsStatus reports whether err is an *APIError with the given HTTP status.
 func IsStatus(err error, status int) bool {
 	var ae *APIError

@@ -9,7 +9,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -17,8 +20,10 @@ import (
 
 // Handler processes one event for the agent. Run calls it once per event, in
 // seq order, never concurrently. A non-nil error means "not handled": Run
-// retries the SAME event with backoff and delivers nothing later until it
-// succeeds. The envelope's Body is opened (JSON) and Sealed is empty.
+// retries the SAME event with backoff (later events wait) up to
+// Config.HandlerAttempts, then parks it. An error for which IsPermanent is
+// true (wrap it with Permanent, or return the mesh API's 4xx as is) parks
+// the event at once. The envelope's Body is opened (JSON) and Sealed is empty.
 //
 // The context is not canceled when Run is asked to stop: the current
 // handler is allowed to finish so its event can be marked. Bound long
@@ -33,12 +38,24 @@ type HandlerFunc func(ctx context.Context, env mesh.Envelope) error
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, env mesh.Envelope) error { return f(ctx, env) }
 
+// ExitPermanent is the exit status by which a handler command says "this
+// event can never be handled": meshd parks it at once instead of retrying.
+// `meshd send` and `meshd reply` exit with it when the mesh refuses the call
+// for good (a 4xx other than 408 and 429, e.g. 409 task_terminal), so a
+// handler that ends with `exec meshd reply ...` (or runs under `set -e`)
+// passes the verdict on. 65 is EX_DATAERR of sysexits.h.
+const ExitPermanent = 65
+
 // CommandHandler runs an external command once per event: the envelope as
 // JSON on stdin, its fields in MESH_* environment variables (MESH_EVENT_ID,
 // MESH_EVENT_TYPE, MESH_SEQ, MESH_FROM, MESH_TO, MESH_TASK_ID,
-// MESH_CONTEXT_ID, MESH_GROUP_ID, MESH_MESSAGE_ID, MESH_OCCURRED_AT). Exit
-// status 0 means handled; anything else (or a timeout) is a failure that Run
-// retries.
+// MESH_CONTEXT_ID, MESH_GROUP_ID, MESH_MESSAGE_ID, MESH_OCCURRED_AT).
+//
+// Exit status 0 means handled. ExitPermanent (65), 126 and 127 (the
+// shell's "cannot execute" and "not found"), and a command that cannot be
+// started at all are permanent failures: the event is parked at once. Any
+// other status, or a timeout, is a transient failure that Run retries. The
+// error carries the last line the command wrote to stderr.
 type CommandHandler struct {
 	// Command is the program and its arguments, e.g. {"sh", "-c", line}.
 	Command []string
@@ -53,10 +70,26 @@ type CommandHandler struct {
 	Stdout, Stderr io.Writer
 }
 
+// Check reports a command that cannot run (missing, not executable), so
+// meshd fails at start naming it instead of parking every event.
+func (h CommandHandler) Check() error {
+	if len(h.Command) == 0 || h.Command[0] == "" {
+		return errors.New("meshd: the handler has no command")
+	}
+	name := h.Command[0]
+	if h.Dir != "" && strings.ContainsRune(name, filepath.Separator) && !filepath.IsAbs(name) {
+		name = filepath.Join(h.Dir, name)
+	}
+	if _, err := exec.LookPath(name); err != nil {
+		return fmt.Errorf("meshd: handler command %q cannot be run: %w", h.Command[0], errors.Unwrap(err))
+	}
+	return nil
+}
+
 // Handle runs the command for env.
 func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 	if len(h.Command) == 0 || h.Command[0] == "" {
-		return errors.New("meshd: CommandHandler has no command")
+		return Permanent(errors.New("meshd: CommandHandler has no command"))
 	}
 	if h.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -67,10 +100,15 @@ func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 	if err != nil {
 		return err
 	}
+	tail := &tailBuffer{max: 4 << 10}
 	cmd := exec.CommandContext(ctx, h.Command[0], h.Command[1:]...)
 	cmd.Dir = h.Dir
 	cmd.Stdin = bytes.NewReader(append(payload, '\n'))
-	cmd.Stdout, cmd.Stderr = h.Stdout, h.Stderr
+	cmd.Stdout = h.Stdout
+	cmd.Stderr = tail
+	if h.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(h.Stderr, tail)
+	}
 	cmd.Env = append(append(os.Environ(), h.Env...), EventEnv(env)...)
 	// A killed shell can leave children holding its output pipes; stop
 	// waiting for them shortly after the kill.
@@ -78,16 +116,53 @@ func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 	killGroup(cmd)
 	err = cmd.Run()
 	if ctx.Err() == context.DeadlineExceeded && h.Timeout > 0 {
-		return fmt.Errorf("handler timed out after %v", h.Timeout)
+		return fmt.Errorf("handler timed out after %v%s", h.Timeout, tail.lastLine())
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		return fmt.Errorf("handler exited with status %d", ee.ExitCode())
+		herr := fmt.Errorf("handler exited with status %d%s", ee.ExitCode(), tail.lastLine())
+		switch ee.ExitCode() {
+		case ExitPermanent, 126, 127:
+			return Permanent(herr)
+		}
+		return herr
+	}
+	if err != nil && cmd.Process == nil {
+		return Permanent(fmt.Errorf("handler %q cannot be started: %w", h.Command[0], err))
 	}
 	if err != nil {
 		return fmt.Errorf("handler: %w", err)
 	}
 	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// lastLine is ": <the last non-empty line>" (at most 500 bytes), or "".
+func (t *tailBuffer) lastLine() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if last == "" {
+		return ""
+	}
+	return ": " + strings.ToValidUTF8(truncate(last, 500), "")
 }
 
 // EventEnv is the MESH_* environment describing env, as CommandHandler

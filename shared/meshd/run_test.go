@@ -180,6 +180,10 @@ func (f *fixture) start(h meshd.Handler, mod func(*meshd.Config)) *running {
 		Mode:      meshd.ModeKafka,
 		RetryBase: 10 * time.Millisecond,
 		RetryMax:  50 * time.Millisecond,
+		// Handler retries as fast as API retries, so attempt limits are
+		// reached within the test.
+		HandlerBackoff:    10 * time.Millisecond,
+		HandlerBackoffMax: 50 * time.Millisecond,
 	}
 	if mod != nil {
 		mod(&cfg)

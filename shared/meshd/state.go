@@ -20,6 +20,10 @@ type State struct {
 	AgentID string `json:"agent_id"`
 	// LastSeq is the highest seq handled; every seq ≤ LastSeq is done.
 	LastSeq int64 `json:"last_seq"`
+	// LastAt is the occurred_at of event LastSeq: a restart finds the
+	// matching Kafka position from it when Offset does not cover LastSeq
+	// (events handled through the inbox API).
+	LastAt time.Time `json:"last_at,omitzero"`
 	// Offset is the Kafka offset of the last record consumed from
 	// Topic/Partition (handled or skipped); -1 when none.
 	Offset    int64     `json:"offset"`

@@ -1,0 +1,297 @@
+package meshd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/agentmesh/agentmesh/shared/kafka"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/meshclient"
+)
+
+// kafkaTarget is where the agent's partition lives.
+type kafkaTarget struct {
+	brokers []string
+	topic   string
+	opts    []kgo.Opt
+}
+
+// kafkaTarget returns the brokers and topic to consume, or nil when the
+// mesh announced none (or the mode is poll).
+func (r *runner) kafkaTarget(ctx context.Context, tok meshclient.Token) (*kafkaTarget, error) {
+	if r.cfg.Mode == ModePoll {
+		return nil, nil
+	}
+	t := &kafkaTarget{brokers: tok.Kafka.Brokers, topic: tok.Kafka.Topic}
+	if len(r.cfg.KafkaBrokers) > 0 {
+		t.brokers = r.cfg.KafkaBrokers
+	}
+	if r.cfg.KafkaTopic != "" {
+		t.topic = r.cfg.KafkaTopic
+	}
+	if len(t.brokers) == 0 || t.topic == "" {
+		if r.cfg.Mode == ModeKafka {
+			return nil, errors.New("meshd: mode kafka but the mesh gave no Kafka brokers or topic")
+		}
+		r.log.Info("no Kafka brokers known; delivering through the inbox API (poll mode)")
+		return nil, nil
+	}
+	var err error
+	t.opts, err = kafka.Options{Brokers: t.brokers, Auth: tok.Kafka.Auth}.ClientOpts(ctx)
+	return t, err
+}
+
+// chooseMode returns a consumer on the agent's partition (kafka) or nil
+// (poll). Kafka mode waits for the brokers; auto mode polls when they do not
+// answer within ProbeTimeout.
+func (r *runner) chooseMode(ctx context.Context, t *kafkaTarget) (*kgo.Client, int32, error) {
+	if t == nil {
+		r.setMode(ModePoll)
+		return nil, 0, nil
+	}
+	for attempt := 1; ; attempt++ {
+		cl, part, err := r.openConsumer(ctx, t)
+		if err == nil || ctx.Err() != nil {
+			return cl, part, nil
+		}
+		if r.cfg.Mode == ModeAuto {
+			r.log.Warn("Kafka unreachable; delivering through the inbox API (poll mode) and probing Kafka", "brokers", t.brokers, "probe_every", r.cfg.ProbeEvery.String(), "err", err)
+			r.setMode(ModePoll)
+			return nil, 0, nil
+		}
+		r.log.Warn("Kafka unreachable; retrying", "brokers", t.brokers, "err", err)
+		if !r.sleep(ctx, attempt) {
+			return nil, 0, nil
+		}
+	}
+}
+
+// openConsumer probes the brokers and opens a consumer on the agent's
+// partition at the position matching the handled seq.
+func (r *runner) openConsumer(ctx context.Context, t *kafkaTarget) (*kgo.Client, int32, error) {
+	n, err := probe(ctx, t.opts, t.topic, r.cfg.ProbeTimeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	part := kafka.PartitionFor(r.agentID, int(n))
+	cl, err := r.consumer(ctx, t.opts, t.topic, part)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.setMode(ModeKafka)
+	r.log.Info("consuming the agent's own partition", "brokers", t.brokers, "topic", t.topic, "partition", part, "partitions", n)
+	return cl, part, nil
+}
+
+// errKafkaBack ends poll mode: auto mode found Kafka reachable again.
+var errKafkaBack = errors.New("meshd: Kafka is reachable again")
+
+// probeUntilReachable probes the brokers every ProbeEvery until one answers
+// (the returned channel closes) or ctx ends.
+func (r *runner) probeUntilReachable(ctx context.Context, t *kafkaTarget) <-chan struct{} {
+	back := make(chan struct{})
+	go func() {
+		for {
+			if !wait(ctx, r.cfg.ProbeEvery) {
+				return
+			}
+			if _, err := probe(ctx, t.opts, t.topic, r.cfg.ProbeTimeout); err == nil {
+				close(back)
+				return
+			}
+		}
+	}()
+	return back
+}
+
+// probe returns the topic's partition count if the brokers answer in time.
+func probe(ctx context.Context, opts []kgo.Opt, topic string, timeout time.Duration) (int32, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		return 0, err
+	}
+	return kafka.Partitions(pctx, cl, topic)
+}
+
+// clockSlack is how far the clocks of the API's writers and of the
+// dispatcher may disagree. A record of a later event than the handled one
+// was produced after that event committed, so its timestamp is no earlier
+// than the handled event's occurred_at minus this slack.
+const clockSlack = 5 * time.Minute
+
+// startOffset is where consuming resumes: the later of the record after the
+// last consumed one and the first record no older than the handled event's
+// occurred_at (minus clockSlack). The second matters after delivery through
+// the inbox API (poll mode, a restart without an offset): without it the
+// partition would be read from the start of retention. Both are lower
+// bounds of the next unhandled record, so nothing is skipped; what is read
+// twice is dropped by seq.
+func (r *runner) startOffset(ctx context.Context, opts []kgo.Opt, topic string, part int32) kgo.Offset {
+	from := int64(-1)
+	if r.state.Offset >= 0 && r.state.Topic == topic && r.state.Partition == part {
+		from = r.state.Offset + 1
+	} else if r.state.Offset >= 0 {
+		// The topic or partition count changed: the old offset means
+		// nothing here.
+		r.log.Warn("Kafka position belongs to another topic or partition; resuming by time instead",
+			"old_topic", r.state.Topic, "old_partition", r.state.Partition, "topic", topic, "partition", part)
+	}
+	if r.state.LastSeq > 0 && !r.state.LastAt.IsZero() {
+		if off, err := offsetAfter(ctx, opts, topic, part, r.state.LastAt.Add(-clockSlack), r.cfg.ProbeTimeout); err != nil {
+			r.log.Warn("cannot look up the Kafka offset for the handled seq; resuming from the persisted offset", "err", err)
+		} else if off > from {
+			from = off
+		}
+	}
+	if from < 0 {
+		return kgo.NewOffset().AtStart()
+	}
+	return kgo.NewOffset().At(from)
+}
+
+// offsetAfter is the offset of the first record of topic/part with a
+// timestamp at or after t (the end offset when there is none).
+func offsetAfter(ctx context.Context, opts []kgo.Opt, topic string, part int32, t time.Time, timeout time.Duration) (int64, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := kadm.NewClient(cl).ListOffsetsAfterMilli(lctx, t.UnixMilli(), topic)
+	if err != nil {
+		return 0, err
+	}
+	o, ok := res.Lookup(topic, part)
+	if !ok {
+		return 0, errors.New("no offset answer for the partition")
+	}
+	if o.Err != nil {
+		return 0, o.Err
+	}
+	return o.Offset, nil
+}
+
+func (r *runner) consumer(ctx context.Context, opts []kgo.Opt, topic string, part int32) (*kgo.Client, error) {
+	start := r.startOffset(ctx, opts, topic, part)
+	r.state.Topic, r.state.Partition = topic, part
+	opts = append(append([]kgo.Opt(nil), opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: start}}),
+		// Lost or reset positions re-read rather than skip: seq dedup makes
+		// re-reading harmless, skipping would not be.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// One buffered fetch of bounded size and no fetching while it is
+		// undrained: a slow handler grows lag on the broker, not memory here.
+		kgo.MaxConcurrentFetches(1),
+		kgo.FetchMaxBytes(4<<20),
+		kgo.FetchMaxPartitionBytes(1<<20),
+		kgo.FetchMaxWait(time.Second),
+	)
+	opts = append(opts, r.cfg.KafkaOpts...)
+	return kgo.NewClient(opts...)
+}
+
+// kafkaLoop consumes one record at a time from the agent's partition.
+func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) error {
+	var lastFetchWarn time.Time
+	for {
+		if ctx.Err() != nil {
+			return errStop
+		}
+		if err := r.catchUpIfStalled(ctx); err != nil {
+			return err
+		}
+		// A short poll so stall checks and offset flushes run while idle.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollRecords(pctx, 1)
+		cancel()
+		if ctx.Err() != nil {
+			return errStop
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			if now := r.cfg.Clock(); now.Sub(lastFetchWarn) > 30*time.Second {
+				lastFetchWarn = now
+				r.log.Warn("Kafka fetch error (the client retries; heartbeats catch up through the inbox API meanwhile)", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		var recs []*kgo.Record
+		fs.EachRecord(func(rec *kgo.Record) { recs = append(recs, rec) })
+		for _, rec := range recs {
+			if rec.Partition != part {
+				continue
+			}
+			if err := r.onRecord(ctx, rec); err != nil {
+				return err
+			}
+		}
+		if r.dirty && r.cfg.Clock().Sub(r.flushed) >= r.cfg.FlushEvery {
+			if err := r.persist(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// onRecord handles one Kafka record: skip what is not ours or already
+// handled, fill a gap from the inbox API, open the body, deliver.
+func (r *runner) onRecord(ctx context.Context, rec *kgo.Record) error {
+	skip := func() error {
+		r.state.Offset = rec.Offset
+		r.dirty = true
+		return nil
+	}
+	var env mesh.Envelope
+	if err := json.Unmarshal(rec.Value, &env); err != nil {
+		// Not an envelope: it cannot carry one of our seqs in a readable
+		// way; if it was ours, the next record's gap brings it from MySQL.
+		r.log.Warn("skipping an undecodable Kafka record", "offset", rec.Offset, "err", err)
+		return skip()
+	}
+	if env.To != r.agentID {
+		return skip() // another agent's mail on the shared partition
+	}
+	if env.Seq <= r.state.LastSeq {
+		return skip() // a duplicate (dispatcher retry) or a re-read
+	}
+	if env.Seq > r.state.LastSeq+1 {
+		r.log.Info("gap in the Kafka stream; fetching the missing events from the inbox API", "have", r.state.LastSeq, "got", env.Seq)
+		if err := r.catchUp(ctx, env.Seq-1); err != nil {
+			return err
+		}
+		if env.Seq <= r.state.LastSeq {
+			return skip() // the catch-up delivered it already
+		}
+	}
+	opened, err := r.open(ctx, env)
+	if errors.Is(err, errExpired) {
+		// Kafka kept the record longer than MySQL kept the event, and the
+		// copy does not open: nothing can deliver it any more.
+		r.log.Error("events expired before they were handled; they cannot be delivered",
+			"from_seq", env.Seq, "to_seq", env.Seq, "err", err)
+		r.state.LastSeq, r.state.Offset = env.Seq, rec.Offset
+		if err := r.persist(); err != nil {
+			return err
+		}
+		r.handled.Store(env.Seq)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return r.deliver(ctx, opened, rec.Offset)
+}

@@ -1,0 +1,85 @@
+package meshd
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// heartbeatCallTimeout bounds one heartbeat. A heartbeat in flight is never
+// cut by a stop: a cut request may still be applied by the server after the
+// goodbye and turn the agent active again.
+const heartbeatCallTimeout = 10 * time.Second
+
+// heartbeat sends one heartbeat, bounded and not canceled by ctx.
+func (r *runner) heartbeat(ctx context.Context, stats map[string]any) (res heartbeatResult, err error) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), heartbeatCallTimeout)
+	defer cancel()
+	out, err := r.cfg.API.Heartbeat(hctx, r.cfg.InstanceID, stats)
+	return heartbeatResult{LastSeq: out.LastSeq, KeyEpoch: out.KeyEpoch}, err
+}
+
+type heartbeatResult struct {
+	LastSeq  int64
+	KeyEpoch int
+}
+
+// firstHeartbeat announces the agent before delivery starts and checks the
+// state against the mesh: inbox seqs never go back, so an inbox that ends
+// below what the state says was handled is another mesh (or a database that
+// was reset), and trusting the state would silently skip its events.
+func (r *runner) firstHeartbeat(ctx context.Context) error {
+	res, err := r.heartbeat(ctx, map[string]any{"last_seq": r.state.LastSeq, "starting": true})
+	if err != nil {
+		if fatal(err) {
+			return fmt.Errorf("meshd: heartbeat refused: %w", err)
+		}
+		r.log.Warn("heartbeat failed", "err", err)
+		return nil
+	}
+	if res.LastSeq < r.state.LastSeq {
+		return fmt.Errorf("meshd: state file %s says seq %d was handled but this mesh's inbox for %q ends at seq %d: the state belongs to another mesh or the database was reset; move the file away to start over",
+			StatePath(r.cfg.StateDir, r.agentID), r.state.LastSeq, r.agentID, res.LastSeq)
+	}
+	r.serverLast.Store(res.LastSeq)
+	return nil
+}
+
+// heartbeats reports presence every HeartbeatEvery (the first beat was
+// sent by firstHeartbeat) and records the API's newest seq for stall
+// detection. It returns when ctx ends, after the beat in flight.
+func (r *runner) heartbeats(ctx context.Context) {
+	t := time.NewTicker(r.cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stats := map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode()}
+		res, err := r.heartbeat(ctx, stats)
+		if err != nil {
+			r.log.Warn("heartbeat failed", "err", err)
+			continue
+		}
+		r.serverLast.Store(res.LastSeq)
+		if tok, terr := r.cfg.API.Token(ctx); terr == nil && res.KeyEpoch > tok.KeyEpoch {
+			// The agent's inbox key was rotated: fetch the new one now
+			// rather than at the first record that fails to open.
+			if _, err := r.cfg.API.RefreshToken(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("could not refresh the token after a key rotation", "err", err)
+			}
+		}
+	}
+}
+
+// goodbye tells the API this instance is stopping (the agent turns
+// draining), bounded by GoodbyeTimeout whatever the state of ctx.
+func (r *runner) goodbye(ctx context.Context) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.GoodbyeTimeout)
+	defer cancel()
+	if _, err := r.cfg.API.GoOffline(gctx, r.cfg.InstanceID); err != nil {
+		r.log.Warn("could not mark the agent offline", "err", err)
+	}
+}
