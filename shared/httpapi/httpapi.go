@@ -19,7 +19,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 )
 
 // AuthMode says who may call an endpoint.
@@ -70,6 +72,23 @@ type Endpoint struct {
 // MaxBodyBytes caps a request body before any parsing. API Gateway allows
 // 10 MB; the mesh needs far less (messages are limited to 256 KiB by default).
 var MaxBodyBytes = 1 << 20
+
+// MaxBodyDepth caps how deeply a request body nests, counting the outermost
+// object as level 1 (see package jsonlimit). It is checked on the raw bytes
+// before any decoding, on every route, and leaves room for the request's own
+// structure around the free-form values the services cap themselves (a data
+// part's value: 32 levels, at level 5 of a status note).
+const MaxBodyDepth = 40
+
+// MaxResponseBytes caps a response body as it travels inside the Lambda
+// response (jsonlimit.WireSize), below Lambda's 6 MB with room for the
+// headers: a larger answer would fail at API Gateway as a bare 502. Read
+// routes bound their pages well below it; this is the last line.
+var MaxResponseBytes = jsonlimit.LambdaResponseBytes - 64<<10
+
+// UnavailableRetryAfter is the Retry-After, in seconds, of a 503 whose error
+// names none (the database is unreachable).
+const UnavailableRetryAfter = 2
 
 // JSON builds a JSON response.
 func JSON(status int, body any) Response { return Response{Status: status, Body: body} }
@@ -155,6 +174,9 @@ func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
 			return problem(log, ev, err), nil
 		}
 		req.body = body
+		if jsonlimit.Exceeds(body, MaxBodyDepth) {
+			return problem(log, ev, mesh.Errorf(mesh.KindInvalid, "too_deep", "request body nests deeper than %d levels", MaxBodyDepth)), nil
+		}
 		if req.Caller, err = authenticate(ctx, auth, ep.Auth, ev); err != nil {
 			return problem(log, ev, err), nil
 		}
@@ -162,7 +184,7 @@ func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
 		if err != nil {
 			return problem(log, ev, err), nil
 		}
-		return encode(out), nil
+		return encode(log, ev, out), nil
 	}
 }
 
@@ -206,7 +228,9 @@ func authenticate(ctx context.Context, auth Authenticator, mode AuthMode, ev eve
 	return auth.AuthenticateAgent(ctx, cred)
 }
 
-func encode(out Response) events.APIGatewayV2HTTPResponse {
+// encode renders a handler's answer. A body that cannot be encoded or is
+// too large for Lambda is a bug of the route: logged like every 5xx.
+func encode(log *slog.Logger, ev events.APIGatewayV2HTTPRequest, out Response) events.APIGatewayV2HTTPResponse {
 	status := out.Status
 	if status == 0 {
 		status = http.StatusOK
@@ -222,7 +246,10 @@ func encode(out Response) events.APIGatewayV2HTTPResponse {
 	if out.Body != nil {
 		b, err := json.Marshal(out.Body)
 		if err != nil {
-			return encodeProblem(mesh.Internal(err), "")
+			return problem(log, ev, fmt.Errorf("encode response: %w", err))
+		}
+		if n := jsonlimit.WireSize(b); n > MaxResponseBytes {
+			return problem(log, ev, fmt.Errorf("response of %d bytes (%d on the wire) exceeds %d", len(b), n, MaxResponseBytes))
 		}
 		body = string(b)
 	}
@@ -264,9 +291,20 @@ type Problem struct {
 	Instance string `json:"instance,omitempty"`
 }
 
+// problem maps err to its problem document: the one place where an error
+// becomes a status. An unreachable database is a 503 with Retry-After, not a
+// 500 (which stays for bugs), wherever in the route it surfaced.
 func problem(log *slog.Logger, ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
 	me := mesh.AsError(err)
-	if me.Kind == mesh.KindInternal || me.Kind == mesh.KindUnavailable {
+	if me.Kind == mesh.KindInternal && mysql.IsUnavailable(err) {
+		me = &mesh.Error{Kind: mesh.KindUnavailable, Code: "unavailable", Message: "the database is unreachable; retry later", Err: err}
+	}
+	if me.Kind == mesh.KindUnavailable && me.RetryAfter <= 0 {
+		cp := *me
+		cp.RetryAfter = UnavailableRetryAfter
+		me = &cp
+	}
+	if StatusOf(me.Kind) >= 500 {
 		// The cause is logged for operators; the client sees only the code.
 		log.Error("request failed", "route", ev.RouteKey, "request_id", ev.RequestContext.RequestID, "err", err)
 	}

@@ -11,18 +11,20 @@ import (
 )
 
 // CanCommunicate reports whether from may send to to: they are friends or
-// share a group. An agent is neither its own friend nor its own group mate,
-// so from == to is false. q may be a transaction, so the check and the write
-// see the same snapshot.
+// share a group, and neither has blocked the other. An agent is neither its
+// own friend nor its own group mate, so from == to is false. q may be a
+// transaction, so the check and the write see the same snapshot.
 func CanCommunicate(ctx context.Context, q Querier, from, to string) (bool, error) {
 	if from == to {
 		return false, nil
 	}
 	var ok bool
 	err := q.QueryRowContext(ctx, `SELECT
-  EXISTS (SELECT 1 FROM friendships WHERE agent_id = ? AND friend_id = ?)
-  OR EXISTS (SELECT 1 FROM group_members a JOIN group_members b ON b.group_id = a.group_id
-     WHERE a.agent_id = ? AND b.agent_id = ?)`, from, to, from, to).Scan(&ok)
+  (EXISTS (SELECT 1 FROM friendships WHERE agent_id = ? AND friend_id = ?)
+   OR EXISTS (SELECT 1 FROM group_members a JOIN group_members b ON b.group_id = a.group_id
+      WHERE a.agent_id = ? AND b.agent_id = ?))
+  AND NOT EXISTS (SELECT 1 FROM agent_blocks WHERE (agent_id = ? AND blocked_id = ?) OR (agent_id = ? AND blocked_id = ?))`,
+		from, to, from, to, to, from, from, to).Scan(&ok)
 	return ok, err
 }
 
@@ -127,7 +129,17 @@ func (s *Service) SendFriendRequest(ctx context.Context, from, to string) (req F
 			return err
 		}
 		if !found[to] {
-			return errAgentNotFound
+			return s.unseenRequest(ctx, tx, from, to, now)
+		}
+		if blocked, err := blockedEither(ctx, tx, from, to); err != nil {
+			return err
+		} else if blocked == from {
+			return mesh.Errorf(mesh.KindConflict, "agent_blocked", "you blocked %q: unblock it first", to)
+		} else if blocked == to {
+			return s.unseenRequest(ctx, tx, from, to, now)
+		}
+		if err := s.coolDown(ctx, tx, from, to, now); err != nil {
+			return err
 		}
 		if ok, err := areFriends(ctx, tx, from, to); err != nil || ok {
 			if err == nil {
@@ -169,7 +181,62 @@ WHERE from_agent = ? AND status = 'pending' AND to_agent = ?)`, to, from).Scan(&
 		req.RequestID, created = strconv.FormatInt(id, 10), true
 		return nil
 	})
+	var unseen *unseenError
+	if errors.As(err, &unseen) {
+		return unseen.req, true, nil
+	}
 	return req, created, err
+}
+
+// A request to an agent that does not exist, or that blocked the sender,
+// must answer exactly as a new request would, or the answer tells whether an
+// id exists (and who blocked whom). unseenRequest inserts the row to draw a
+// request id from the same sequence as real requests, then returns an
+// unseenError so that InTx rolls the row back: nothing is stored, and the id
+// (auto-increment values are not reused after a rollback) looks like any
+// other.
+func (s *Service) unseenRequest(ctx context.Context, tx *sql.Tx, from, to string, now time.Time) error {
+	res, err := tx.ExecContext(ctx, "INSERT INTO friend_requests (from_agent, to_agent, status, created_at, decided_at) VALUES (?, ?, ?, ?, ?)",
+		from, to, RequestPending, now, nil)
+	if err != nil {
+		return err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	return &unseenError{req: FriendRequest{RequestID: strconv.FormatInt(id, 10), From: from, To: to, Status: RequestPending, CreatedAt: now}}
+}
+
+// unseenError carries the answer of an unseen request out of a transaction
+// that must roll back.
+type unseenError struct{ req FriendRequest }
+
+func (e *unseenError) Error() string { return "friend request not stored" }
+
+// DefaultRequestCoolDown is how long a rejected requester waits before asking
+// the same agent again.
+const DefaultRequestCoolDown = 24 * time.Hour
+
+// coolDown refuses a request from -> to while the latest rejection of the
+// same pair is younger than the cool-down.
+func (s *Service) coolDown(ctx context.Context, tx *sql.Tx, from, to string, now time.Time) error {
+	wait := s.RequestCoolDown
+	if wait == 0 {
+		wait = DefaultRequestCoolDown
+	}
+	var last sql.NullTime
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(decided_at) FROM friend_requests
+WHERE from_agent = ? AND status = 'rejected' AND to_agent = ?`, from, to).Scan(&last); err != nil {
+		return err
+	}
+	if !last.Valid || !now.Before(last.Time.Add(wait)) {
+		return nil
+	}
+	left := last.Time.Add(wait).Sub(now)
+	return &mesh.Error{Kind: mesh.KindRateLimited, Code: "request_cool_down",
+		Message:    "that agent rejected your last request; you can ask again after the cool-down",
+		RetryAfter: int((left + time.Second - 1) / time.Second)}
 }
 
 // FriendRequests are the caller's pending requests, oldest first.

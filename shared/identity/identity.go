@@ -40,6 +40,9 @@ type Service struct {
 	TokenTTL time.Duration
 	Sealer   *seal.Sealer
 	Kafka    KafkaInfo
+	// RequestCoolDown is how long a rejected friend request blocks the same
+	// request again (DefaultRequestCoolDown when zero).
+	RequestCoolDown time.Duration
 }
 
 // New builds the service from configuration.

@@ -824,6 +824,22 @@ func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg conf
 		Body: map[string]any{"parts": text(strings.Repeat("d", 300<<10))}, Want: 413, Code: "message_too_large"})
 	c.do(call{Who: "dave names the recipients", Method: "POST", Path: "/v1/groups/ops/messages", Auth: tokens["dave"],
 		Body: `{"to":["bob"],"parts":[{"kind":"text","text":"x"}]}`, Want: 400, Code: "invalid_json", OffSpec: true})
+	// Nesting has no JSON Schema keyword: these requests match the document
+	// and are refused by the cap it describes in prose.
+	deep := []map[string]any{{"kind": "data", "data": json.RawMessage(strings.Repeat("[", 33) + strings.Repeat("]", 33))}}
+	for _, k := range []call{
+		{Who: "alice sends data 33 levels deep", Method: "POST", Path: "/v1/messages", Body: map[string]any{"to": "bob", "parts": deep}},
+		{Who: "alice writes data 33 levels deep to ops", Method: "POST", Path: "/v1/groups/ops/messages", Body: map[string]any{"parts": deep}},
+		{Who: "alice replies with data 33 levels deep", Method: "POST", Path: "/v1/tasks/" + task + "/messages", Body: map[string]any{"parts": deep}},
+		{Who: "alice notes data 33 levels deep", Method: "POST", Path: "/v1/tasks/" + task + "/status", Body: map[string]any{"status": "canceled", "message": map[string]any{"parts": deep}}},
+		{Who: "bob adds an artifact 33 levels deep", Method: "POST", Path: "/v1/tasks/" + task + "/artifacts", Body: map[string]any{"name": "x", "parts": deep}},
+	} {
+		k.Auth, k.Want, k.Code = tokens["alice"], 400, "too_deep"
+		if strings.HasSuffix(k.Path, "/artifacts") {
+			k.Auth = tokens["bob"]
+		}
+		c.do(k)
+	}
 	var groupTask string
 	var fan struct {
 		Tasks []struct {
@@ -838,6 +854,12 @@ func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg conf
 	c.do(call{Who: "alice reads the task", Method: "GET", Path: "/v1/tasks/" + task, Auth: tokens["alice"], Want: 200})
 	c.do(call{Who: "bob reads his task from the group", Method: "GET", Path: "/v1/tasks/" + groupTask, Auth: tokens["bob"], Want: 200})
 	c.do(call{Who: "erin reads a task not hers", Method: "GET", Path: "/v1/tasks/" + task, Auth: tokens["erin"], Want: 404, Code: "task_not_found"})
+	msgs := "/v1/tasks/" + task + "/messages"
+	after := c.do(call{Who: "alice reads the task's first two messages", Method: "GET", Path: msgs + "?limit=2", Auth: tokens["alice"], Want: 200}).field("next_after")
+	c.do(call{Who: "alice reads the messages after them", Method: "GET", Path: msgs + "?after=" + url.QueryEscape(after), Auth: tokens["alice"], Want: 200})
+	c.do(call{Who: "erin reads the messages of a task not hers", Method: "GET", Path: msgs, Auth: tokens["erin"], Want: 404, Code: "task_not_found"})
+	c.do(call{Who: "alice sends a message cursor the API never gave", Method: "GET", Path: msgs + "?after=bm9wZQ", Auth: tokens["alice"], Want: 400, Code: "invalid_cursor"})
+	c.do(call{Who: "alice asks for 1000 messages", Method: "GET", Path: msgs + "?limit=1000", Auth: tokens["alice"], Want: 400, Code: "invalid_query", OffSpec: true})
 	c.do(call{Who: "alice lists her tasks", Method: "GET", Path: "/v1/tasks", Auth: tokens["alice"], Want: 200})
 	cursor := c.do(call{Who: "alice lists one task", Method: "GET", Path: "/v1/tasks?limit=1", Auth: tokens["alice"], Want: 200}).field("next_cursor")
 	c.do(call{Who: "alice lists the next page", Method: "GET", Path: "/v1/tasks?limit=1&cursor=" + url.QueryEscape(cursor), Auth: tokens["alice"], Want: 200})

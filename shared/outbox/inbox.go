@@ -3,10 +3,15 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"time"
+	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
 )
 
 // Querier is satisfied by *sql.DB, *sql.Tx and *sql.Conn.
@@ -36,16 +41,44 @@ FROM outbox_events WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?`
 FROM inbox_counters c WHERE c.recipient = ?`
 )
 
+// MaxInboxPageBytes bounds one inbox page by size as well as by count: the
+// events' JSON as it travels in the Lambda response (jsonlimit.WireSize)
+// stays at or below it, except that a page always holds at least one event.
+// At 4 MiB it leaves room under Lambda's 6 MB for any single event.
+const MaxInboxPageBytes = 4 << 20
+
+// MaxServedBodyDepth is the deepest event body the inbox serves as is. Every
+// write route caps its free-form JSON (32 levels for data parts) so that new
+// bodies stay well below it; a deeper stored body (written before the caps)
+// is served as an undeliverable placeholder, never as a response that fails
+// to encode or a page a client's decoder rejects.
+const MaxServedBodyDepth = 64
+
+// Codes of the undeliverable placeholder (mesh.UndeliverableBody.Code).
+const (
+	UndeliverableUnencodable = "unencodable" // stored body is not valid JSON/UTF-8
+	UndeliverableTooDeep     = "too_deep"    // stored body nests deeper than MaxServedBodyDepth
+	UndeliverableTooLarge    = "too_large"   // the event alone would not fit a response
+)
+
+// MetricUndeliverable counts events the inbox served as placeholders.
+const MetricUndeliverable = "InboxUndeliverable"
+
 // Read returns up to limit events of recipient with seq > after, in seq
 // order, with their bodies opened and their delivery state (pending, sent or
-// failed: dead-lettered events are served like any other).
-func Read(ctx context.Context, q Querier, recipient string, after int64, limit int) ([]mesh.Envelope, error) {
-	rows, err := q.QueryContext(ctx, readInboxSQL, recipient, after, limit)
+// failed: dead-lettered events are served like any other). It stops before
+// the page's size would pass MaxInboxPageBytes (but returns at least one
+// event), so the last returned seq is an exact cursor. An event whose stored
+// body cannot be served goes out as a mesh.EventUndeliverable placeholder
+// with its seq and event_id: one bad event never fails the page.
+func (in Inbox) Read(ctx context.Context, recipient string, after int64, limit int) ([]mesh.Envelope, error) {
+	rows, err := in.DB.QueryContext(ctx, readInboxSQL, recipient, after, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	out := []mesh.Envelope{}
+	size := 0
 	for rows.Next() {
 		e := mesh.Envelope{V: mesh.EnvelopeVersion, To: recipient}
 		var group sql.NullString
@@ -56,9 +89,59 @@ func Read(ctx context.Context, q Querier, recipient string, after int64, limit i
 		}
 		e.GroupID = group.String
 		e.Body = body
+		if code := Unservable(body); code != "" {
+			in.undeliverable(ctx, &e, code)
+		}
+		n, err := wireSize(e)
+		if err == nil && n > MaxInboxPageBytes {
+			in.undeliverable(ctx, &e, UndeliverableTooLarge)
+			n, err = wireSize(e)
+		}
+		if err != nil {
+			return nil, err // a placeholder always encodes: a bug
+		}
+		if len(out) > 0 && size+n+1 > MaxInboxPageBytes {
+			break
+		}
+		size += n + 1 // the comma between events
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// Unservable returns why a stored body cannot be served as is, or "".
+func Unservable(body []byte) string {
+	switch {
+	case !utf8.Valid(body) || !json.Valid(body):
+		return UndeliverableUnencodable
+	case jsonlimit.Exceeds(body, MaxServedBodyDepth):
+		return UndeliverableTooDeep
+	}
+	return ""
+}
+
+// undeliverable replaces e's content by the typed placeholder, keeping its
+// seq and event_id so the recipient's stream stays gapless, and tells the
+// operators: an error log and a metric.
+func (in Inbox) undeliverable(ctx context.Context, e *mesh.Envelope, code string) {
+	log := in.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.ErrorContext(ctx, "inbox event served as undeliverable", "recipient", e.To, "seq", e.Seq,
+		"event_id", e.EventID, "type", e.Type, "code", code, "body_bytes", len(e.Body))
+	sink := in.Metrics
+	if sink == nil {
+		sink = metrics.Default
+	}
+	sink.Emit(map[string]float64{MetricUndeliverable: 1})
+	b, _ := json.Marshal(mesh.UndeliverableBody{Code: code, OriginalType: e.Type})
+	e.Type, e.Body = mesh.EventUndeliverable, b
+}
+
+func wireSize(e mesh.Envelope) (int, error) {
+	b, err := json.Marshal(e)
+	return jsonlimit.WireSize(b), err
 }
 
 // OldestSeq is the smallest seq the outbox still holds for recipient (older
@@ -92,6 +175,10 @@ type Inbox struct {
 	MinPoll, MaxPoll time.Duration
 	// Sleep waits for d or until ctx ends; tests may count polls through it.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Log and Metrics receive the undeliverable reports (defaults:
+	// slog.Default and metrics.Default).
+	Log     *slog.Logger
+	Metrics *metrics.Sink
 }
 
 // Wait returns recipient's events after the cursor. If there are none and
@@ -117,7 +204,7 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 	var events []mesh.Envelope
 	for {
 		var err error
-		if events, err = Read(ctx, in.DB, recipient, after, limit); err != nil {
+		if events, err = in.Read(ctx, recipient, after, limit); err != nil {
 			if ctx.Err() != nil {
 				// Canceled while polling (not before): the same empty page
 				// as a cancel during the pause.

@@ -50,6 +50,7 @@ func TestSampleEventsRunThroughTheirHandlers(t *testing.T) {
 		{"UpdateTaskStatusFunction", "translator-bot", 200},
 		{"AddArtifactFunction", "translator-bot", 201},
 		{"GetTaskFunction", "ops-agent", 200},
+		{"ListTaskMessagesFunction", "ops-agent", 200},
 		{"InboxFunction", "ops-agent", 200},
 	}
 	if len(httpCases) != len(f.eps) {

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
@@ -26,13 +27,36 @@ type Task struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// TaskDetail is a task with its history, as GET /v1/tasks/{id} returns it.
+// TaskDetail is a task with its recent history, as GET /v1/tasks/{id}
+// returns it: a bounded slice, so the answer fits a Lambda response however
+// long the task grows.
 type TaskDetail struct {
 	Task
-	// Messages in the order they were written, status notes included.
+	// Messages are the most recent ones (at most DetailMessages, and at most
+	// DetailMessageBytes of JSON), in the order they were written, status
+	// notes included.
 	Messages []Message `json:"messages"`
-	// Artifacts in the order they were added.
-	Artifacts []Artifact `json:"artifacts"`
+	// EarlierMessages counts the messages before Messages; the whole history
+	// pages through GET /v1/tasks/{id}/messages from the start.
+	EarlierMessages int `json:"earlier_messages"`
+	// MessagesNextAfter is the cursor after the last listed message: passed
+	// as after to GET /v1/tasks/{id}/messages it returns what was written
+	// since. Empty when the task has no messages.
+	MessagesNextAfter string `json:"messages_next_after,omitempty"`
+	// Artifacts are the most recent ones (bounded like Messages), in the
+	// order they were added; EarlierArtifacts counts those before them.
+	Artifacts        []Artifact `json:"artifacts"`
+	EarlierArtifacts int        `json:"earlier_artifacts"`
+}
+
+// MessagePage is one page of GET /v1/tasks/{id}/messages.
+type MessagePage struct {
+	Messages []Message `json:"messages"`
+	// NextAfter is the cursor of the last returned message, or the given
+	// one when nothing was returned.
+	NextAfter string `json:"next_after"`
+	// More says more messages follow NextAfter now.
+	More bool `json:"more"`
 }
 
 // other returns the party of t that is not agentID.
@@ -66,6 +90,9 @@ type Message struct {
 	From      string          `json:"from"`
 	Parts     json.RawMessage `json:"parts"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Undeliverable is set, with parts [], when the stored parts cannot be
+	// served (see outbox's undeliverable codes); the message keeps its place.
+	Undeliverable string `json:"undeliverable,omitempty"`
 }
 
 // Artifact is one output of a task, added by its recipient.
@@ -75,6 +102,8 @@ type Artifact struct {
 	Parts      json.RawMessage `json:"parts"`
 	CreatedBy  string          `json:"created_by"`
 	CreatedAt  time.Time       `json:"created_at"`
+	// Undeliverable is set as for Message.
+	Undeliverable string `json:"undeliverable,omitempty"`
 }
 
 // TaskRef is the task summary every event body carries.
@@ -152,6 +181,12 @@ const (
 
 const maxParts = 100
 
+// MaxDataDepth caps how deeply a data part's value nests, counting the value
+// itself as level 1 when it is an object or array (a scalar is level 0).
+// Every event body that carries it then stays far below what any JSON
+// decoder accepts, so what is stored can always be served again.
+const MaxDataDepth = 32
+
 // validateParts checks every part and returns the parts as stored and sent
 // (compact JSON). Size is measured on that encoding.
 func validateParts(parts []mesh.Part, maxBytes int) (json.RawMessage, error) {
@@ -162,6 +197,10 @@ func validateParts(parts []mesh.Part, maxBytes int) (json.RawMessage, error) {
 		return nil, mesh.Errorf(mesh.KindInvalid, "invalid_parts", "a message has at most %d parts", maxParts)
 	}
 	for i := range parts {
+		// Checked on the raw value before json.Compact walks it.
+		if parts[i].Kind == PartData && jsonlimit.Exceeds(parts[i].Data, MaxDataDepth) {
+			return nil, mesh.Errorf(mesh.KindInvalid, "too_deep", "parts[%d].data nests deeper than %d levels", i, MaxDataDepth)
+		}
 		if err := validatePart(&parts[i]); err != nil {
 			return nil, mesh.Errorf(mesh.KindInvalid, "invalid_part", "parts[%d]: %s", i, err.Error())
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,15 +14,21 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
 const (
 	getTaskSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at
 FROM tasks WHERE task_id = ? AND (initiator = ? OR recipient = ?)`
-	taskMessagesSQL  = `SELECT message_id, sender, parts, created_at FROM task_messages WHERE task_id = ? ORDER BY id`
-	taskArtifactsSQL = `SELECT artifact_id, name, parts, created_by, created_at FROM task_artifacts WHERE task_id = ? ORDER BY id`
+	// All served by task_messages_task / task_artifacts_task (task_id, id).
+	recentMessagesSQL       = `SELECT id, message_id, sender, parts, created_at FROM task_messages WHERE task_id = ? ORDER BY id DESC LIMIT ?`
+	pageMessagesSQL         = `SELECT id, message_id, sender, parts, created_at FROM task_messages WHERE task_id = ? AND id > ? ORDER BY id LIMIT ?`
+	countMessagesBeforeSQL  = `SELECT COUNT(*) FROM task_messages WHERE task_id = ? AND id < ?`
+	recentArtifactsSQL      = `SELECT id, artifact_id, name, parts, created_by, created_at FROM task_artifacts WHERE task_id = ? ORDER BY id DESC LIMIT ?`
+	countArtifactsBeforeSQL = `SELECT COUNT(*) FROM task_artifacts WHERE task_id = ? AND id < ?`
 
 	// The list statements walk tasks_initiator / tasks_recipient
 	// (agent, updated_at) backwards from the cursor: newest activity first,
@@ -65,8 +73,9 @@ func (s *Service) handleGetTask(ctx context.Context, r *httpapi.Request) (httpap
 	return httpapi.JSON(http.StatusOK, t), nil
 }
 
-// GetTask returns a task with its messages and artifacts, in the order they
-// were written. Only its two parties see it; to anyone else it is a 404.
+// GetTask returns a task with its most recent messages and artifacts (see
+// TaskDetail for the bounds), in the order they were written. Only its two
+// parties see it; to anyone else it is a 404.
 func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*TaskDetail, error) {
 	s.withDefaults()
 	if !idPattern.MatchString(taskID) {
@@ -75,13 +84,57 @@ func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*TaskDeta
 	if err := s.takeReadRate(ctx, caller); err != nil {
 		return nil, err
 	}
-	// One read-only transaction: the three reads see one snapshot.
+	// One read-only transaction: every read sees one snapshot.
 	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	rows, err := tx.QueryContext(ctx, getTaskSQL, taskID, caller, caller)
+	task, err := readTask(ctx, tx, caller, taskID)
+	if err != nil {
+		return nil, err
+	}
+	t := &TaskDetail{Task: *task}
+	msgs, err := readContent(ctx, tx, s.scanMessage, recentMessagesSQL, taskID, DetailMessages)
+	if err != nil {
+		return nil, err
+	}
+	var firstID int64
+	t.Messages, firstID = recentSlice(msgs, DetailMessages, DetailMessageBytes)
+	if len(msgs) > 0 {
+		t.MessagesNextAfter = encodeMessageCursor(msgs[0].id)
+	}
+	if t.EarlierMessages, err = countBefore(ctx, tx, countMessagesBeforeSQL, taskID, firstID); err != nil {
+		return nil, err
+	}
+	arts, err := readContent(ctx, tx, s.scanArtifact, recentArtifactsSQL, taskID, DetailArtifacts)
+	if err != nil {
+		return nil, err
+	}
+	t.Artifacts, firstID = recentSlice(arts, DetailArtifacts, DetailArtifactBytes)
+	if t.EarlierArtifacts, err = countBefore(ctx, tx, countArtifactsBeforeSQL, taskID, firstID); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Bounds of the task read routes. Sizes are JSON as it travels in the
+// Lambda response (jsonlimit.WireSize); with the detail's two slices and
+// the task itself, GET /v1/tasks/{id} stays under 4 MiB, and a page of
+// messages under MaxMessagePageBytes (plus, at worst, its one message).
+const (
+	DetailMessages       = 20
+	DetailMessageBytes   = 2 << 20
+	DetailArtifacts      = 10
+	DetailArtifactBytes  = 3 << 19
+	DefaultMessagesLimit = 50
+	MaxMessagesLimit     = 200
+	MaxMessagePageBytes  = 4 << 20
+)
+
+// readTask reads the task if caller is one of its parties.
+func readTask(ctx context.Context, q identity.Querier, caller, taskID string) (*Task, error) {
+	rows, err := q.QueryContext(ctx, getTaskSQL, taskID, caller, caller)
 	if err != nil {
 		return nil, err
 	}
@@ -92,40 +145,203 @@ func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*TaskDeta
 	if len(list) == 0 {
 		return nil, errTaskNotFound
 	}
-	t := &TaskDetail{Task: list[0], Messages: []Message{}, Artifacts: []Artifact{}}
-	rows, err = tx.QueryContext(ctx, taskMessagesSQL, taskID)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var m Message
-		var parts string
-		if err := rows.Scan(&m.MessageID, &m.From, &parts, &m.CreatedAt); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		m.Parts = []byte(parts)
-		t.Messages = append(t.Messages, m)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = tx.QueryContext(ctx, taskArtifactsSQL, taskID)
+	return &list[0], nil
+}
+
+// content is one message or artifact as read, with its row id (the cursor)
+// and its wire size.
+type content[T any] struct {
+	id   int64
+	item T
+	size int
+}
+
+// readContent runs query and scans each row with scan.
+func readContent[T any](ctx context.Context, q identity.Querier, scan func(*sql.Rows) (int64, T, error), query string, args ...any) ([]content[T], error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	var out []content[T]
 	for rows.Next() {
-		var a Artifact
-		var parts string
-		if err := rows.Scan(&a.ArtifactID, &a.Name, &parts, &a.CreatedBy, &a.CreatedAt); err != nil {
+		id, item, err := scan(rows)
+		if err != nil {
 			return nil, err
 		}
-		a.Parts = []byte(parts)
-		t.Artifacts = append(t.Artifacts, a)
+		b, err := json.Marshal(item)
+		if err != nil {
+			return nil, err // parts were checked by scan: a bug
+		}
+		out = append(out, content[T]{id: id, item: item, size: jsonlimit.WireSize(b) + 1})
 	}
-	return t, rows.Err()
+	return out, rows.Err()
+}
+
+// recentSlice takes, from list (newest first), the newest items that fit n
+// and budget, and returns them oldest first with the row id of the oldest
+// one taken (MaxInt64 when none fit: everything is earlier).
+func recentSlice[T any](list []content[T], n, budget int) ([]T, int64) {
+	size, take := 0, 0
+	for take < len(list) && take < n && size+list[take].size <= budget {
+		size += list[take].size
+		take++
+	}
+	out := make([]T, take)
+	for i := range take {
+		out[take-1-i] = list[i].item
+	}
+	if take == 0 {
+		return out, math.MaxInt64
+	}
+	return out, list[take-1].id
+}
+
+// countBefore counts the rows of a task before row id.
+func countBefore(ctx context.Context, q identity.Querier, query, taskID string, id int64) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, query, taskID, id).Scan(&n)
+	return n, err
+}
+
+// scanMessage reads one task_messages row (id, message_id, sender, parts,
+// created_at).
+func (s *Service) scanMessage(rows *sql.Rows) (int64, Message, error) {
+	var id int64
+	var m Message
+	var parts string
+	if err := rows.Scan(&id, &m.MessageID, &m.From, &parts, &m.CreatedAt); err != nil {
+		return 0, m, err
+	}
+	m.Parts = []byte(parts)
+	m.Undeliverable = s.servable("message", m.MessageID, &m.Parts)
+	return id, m, nil
+}
+
+// scanArtifact reads one task_artifacts row (id, artifact_id, name, parts,
+// created_by, created_at).
+func (s *Service) scanArtifact(rows *sql.Rows) (int64, Artifact, error) {
+	var id int64
+	var a Artifact
+	var parts string
+	if err := rows.Scan(&id, &a.ArtifactID, &a.Name, &parts, &a.CreatedBy, &a.CreatedAt); err != nil {
+		return 0, a, err
+	}
+	a.Parts = []byte(parts)
+	a.Undeliverable = s.servable("artifact", a.ArtifactID, &a.Parts)
+	return id, a, nil
+}
+
+// MetricUndeliverableContent counts stored messages and artifacts a task
+// read served with a placeholder instead of their parts.
+const MetricUndeliverableContent = "TaskContentUndeliverable"
+
+// servable returns "" when parts can be served as stored; otherwise it
+// replaces them by [] (the item keeps its place and ids), logs, counts and
+// returns the reason, so one bad row never fails a whole read.
+func (s *Service) servable(kind, id string, parts *json.RawMessage) string {
+	code := outbox.Unservable(*parts)
+	if code == "" {
+		return ""
+	}
+	s.undeliverable(kind, id, code, len(*parts))
+	*parts = json.RawMessage("[]")
+	return code
+}
+
+func (s *Service) undeliverable(kind, id, code string, size int) {
+	s.Log.Error("task content served as undeliverable", "kind", kind, "id", id, "code", code, "bytes", size)
+	metrics.Default.Emit(map[string]float64{MetricUndeliverableContent: 1})
+}
+
+// ---- GET /v1/tasks/{id}/messages ----
+
+func (s *Service) handleListMessages(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+	limit := DefaultMessagesLimit
+	if v := r.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxMessagesLimit {
+			return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be an integer from 1 to %d", MaxMessagesLimit)
+		}
+		limit = n
+	}
+	p, err := s.ListMessages(ctx, r.Caller.AgentID, r.Path("id"), r.Query("after"), limit)
+	if err != nil {
+		return httpapi.Response{}, err
+	}
+	return httpapi.JSON(http.StatusOK, p), nil
+}
+
+// ListMessages pages through a task's messages in the order they were
+// written, after the cursor (""  = from the first). A page holds at most
+// limit messages and MaxMessagePageBytes of JSON, and always at least one
+// message when one follows; a message too large for any page on its own is
+// served as a placeholder (Undeliverable "too_large").
+func (s *Service) ListMessages(ctx context.Context, caller, taskID, after string, limit int) (MessagePage, error) {
+	s.withDefaults()
+	if !idPattern.MatchString(taskID) {
+		return MessagePage{}, errTaskNotFound
+	}
+	if limit < 1 || limit > MaxMessagesLimit {
+		return MessagePage{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be from 1 to %d", MaxMessagesLimit)
+	}
+	var afterID int64
+	if after != "" {
+		var err error
+		if afterID, err = decodeMessageCursor(after); err != nil {
+			return MessagePage{}, err
+		}
+	}
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return MessagePage{}, err
+	}
+	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return MessagePage{}, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	if _, err := readTask(ctx, tx, caller, taskID); err != nil {
+		return MessagePage{}, err
+	}
+	list, err := readContent(ctx, tx, s.scanMessage, pageMessagesSQL, taskID, afterID, limit+1)
+	if err != nil {
+		return MessagePage{}, err
+	}
+	p := MessagePage{Messages: []Message{}, NextAfter: after}
+	size := 0
+	for i, c := range list {
+		if i == limit || (i > 0 && size+c.size > MaxMessagePageBytes) {
+			p.More = true
+			break
+		}
+		if c.size > MaxMessagePageBytes {
+			s.undeliverable("message", c.item.MessageID, outbox.UndeliverableTooLarge, len(c.item.Parts))
+			c.item.Parts, c.item.Undeliverable = json.RawMessage("[]"), outbox.UndeliverableTooLarge
+		}
+		size += c.size
+		p.Messages = append(p.Messages, c.item)
+		p.NextAfter = encodeMessageCursor(c.id)
+	}
+	return p, nil
+}
+
+// Message cursors are opaque to clients: base64url of "m1|<row id>". Row ids
+// of one task grow in the order its messages commit: every write locks the
+// task row before it inserts.
+func encodeMessageCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("m1|" + strconv.FormatInt(id, 10)))
+}
+
+func decodeMessageCursor(c string) (int64, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		if v, ok := strings.CutPrefix(string(raw), "m1|"); ok {
+			if id, err := strconv.ParseInt(v, 10, 64); err == nil && id >= 0 {
+				return id, nil
+			}
+		}
+	}
+	return 0, mesh.Errorf(mesh.KindInvalid, "invalid_cursor", "after is not a cursor this API returned")
 }
 
 func scanTasks(rows *sql.Rows) ([]Task, error) {

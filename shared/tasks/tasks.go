@@ -100,8 +100,14 @@ func (s *Service) withDefaults() *Service {
 	if s.ScanBatch <= 0 {
 		s.ScanBatch = DefaultScanBatch
 	}
+	if s.Log == nil {
+		s.Log = slog.Default()
+	}
 	if s.Inbox.DB == nil {
 		s.Inbox.DB = s.DB
+	}
+	if s.Inbox.Log == nil {
+		s.Inbox.Log = s.Log
 	}
 	if s.Janitor.DB == nil {
 		s.Janitor.DB = s.DB
@@ -111,9 +117,6 @@ func (s *Service) withDefaults() *Service {
 	}
 	if s.Janitor.Clock == nil {
 		s.Janitor.Clock = s.Clock
-	}
-	if s.Log == nil {
-		s.Log = slog.Default()
 	}
 	return s
 }
@@ -132,6 +135,7 @@ func Endpoints(s *Service) httpapi.Endpoints {
 		"UpdateTaskStatusFunction": agent(s.handleStatus),
 		"AddArtifactFunction":      agent(s.handleArtifact),
 		"GetTaskFunction":          agent(s.handleGetTask),
+		"ListTaskMessagesFunction": agent(s.handleListMessages),
 		"ListTasksFunction":        agent(s.handleListTasks),
 		"InboxFunction":            agent(s.handleInbox),
 	}
