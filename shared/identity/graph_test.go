@@ -12,8 +12,10 @@ import (
 )
 
 // api calls routes of identity through the real middleware as named agents.
+// api calls routes; every helper takes the calling (sub)test's t, so a
+// failure inside a subtest stops that subtest, not its parent from the
+// wrong goroutine.
 type api struct {
-	t      *testing.T
 	s      *Service
 	routes map[string]string
 	tokens map[string]string
@@ -21,7 +23,7 @@ type api struct {
 
 func newAPI(t *testing.T, agents ...string) *api {
 	s, _, _ := newTestService(t)
-	a := &api{t: t, s: s, routes: templateRoutes(t), tokens: map[string]string{"admin": testAdminKey}}
+	a := &api{s: s, routes: templateRoutes(t), tokens: map[string]string{"admin": testAdminKey}}
 	for _, id := range agents {
 		_, a.tokens[id] = newAgent(t, s, id)
 	}
@@ -30,24 +32,24 @@ func newAPI(t *testing.T, agents ...string) *api {
 
 // call invokes a route as who and decodes the answer into out (if not nil).
 // It returns the status and, for errors, the problem code.
-func (a *api) call(who, name string, params, query map[string]string, body string, out any) (int, string) {
-	a.t.Helper()
-	resp := invoke(a.t, a.s, name, apiEvent(a.routes[name], params, query, bearer(a.tokens[who]), body))
+func (a *api) call(t testing.TB, who, name string, params, query map[string]string, body string, out any) (int, string) {
+	t.Helper()
+	resp := invoke(t, a.s, name, apiEvent(a.routes[name], params, query, bearer(a.tokens[who]), body))
 	if resp.StatusCode >= 400 {
-		return resp.StatusCode, problemCode(a.t, resp)
+		return resp.StatusCode, problemCode(t, resp)
 	}
 	if out != nil {
 		if err := json.Unmarshal([]byte(resp.Body), out); err != nil {
-			a.t.Fatalf("%s: %v in %s", name, err, resp.Body)
+			t.Fatalf("%s: %v in %s", name, err, resp.Body)
 		}
 	}
 	return resp.StatusCode, ""
 }
 
-func (a *api) expect(gotStatus int, gotCode string, wantStatus int, wantCode string) {
-	a.t.Helper()
+func (a *api) expect(t testing.TB, gotStatus int, gotCode string, wantStatus int, wantCode string) {
+	t.Helper()
 	if gotStatus != wantStatus || gotCode != wantCode {
-		a.t.Fatalf("got %d %q, want %d %q", gotStatus, gotCode, wantStatus, wantCode)
+		t.Fatalf("got %d %q, want %d %q", gotStatus, gotCode, wantStatus, wantCode)
 	}
 }
 
@@ -74,72 +76,72 @@ func sameIDs(got []string, want ...string) bool {
 func TestFriends(t *testing.T) {
 	a := newAPI(t, "ann", "bob", "cat", "dan", "Bob")
 	ctx := context.Background()
-	req := func(who, to string) (int, string, FriendRequest) {
+	req := func(t testing.TB, who, to string) (int, string, FriendRequest) {
 		var r FriendRequest
-		st, code := a.call(who, "SendFriendRequestFunction", nil, nil, `{"to":"`+to+`"}`, &r)
+		st, code := a.call(t, who, "SendFriendRequestFunction", nil, nil, `{"to":"`+to+`"}`, &r)
 		return st, code, r
 	}
 
 	t.Run("a request to oneself is a 422", func(t *testing.T) {
-		st, code, _ := req("ann", "ann")
-		a.expect(st, code, 422, "self_request")
+		st, code, _ := req(t, "ann", "ann")
+		a.expect(t, st, code, 422, "self_request")
 	})
 	// A request to an unknown agent answers like any new request: see
 	// TestFriendRequestsRevealNothing.
 	t.Run("a request to an invalid id is a 422", func(t *testing.T) {
-		st, code, _ := req("ann", "not an id")
-		a.expect(st, code, 422, "invalid_agent_id")
+		st, code, _ := req(t, "ann", "not an id")
+		a.expect(t, st, code, 422, "invalid_agent_id")
 	})
 	var first FriendRequest
 	t.Run("a request is created pending, and sending it again returns the same request", func(t *testing.T) {
-		st, _, r := req("ann", "bob")
+		st, _, r := req(t, "ann", "bob")
 		if st != 201 || r.Status != RequestPending || r.RequestID == "" {
 			t.Fatalf("%d %+v", st, r)
 		}
 		first = r
-		st, _, again := req("ann", "bob")
+		st, _, again := req(t, "ann", "bob")
 		if st != 200 || again.RequestID != r.RequestID || again.Status != RequestPending {
 			t.Fatalf("repeat: %d %+v", st, again)
 		}
 	})
 	t.Run("ids are exact: a request to Bob is not a request to bob", func(t *testing.T) {
-		st, _, r := req("ann", "Bob")
+		st, _, r := req(t, "ann", "Bob")
 		if st != 201 || r.To != "Bob" {
 			t.Fatalf("%d %+v", st, r)
 		}
 	})
 	t.Run("both sides see the request, incoming and outgoing", func(t *testing.T) {
 		var bobs, anns FriendRequests
-		a.call("bob", "ListFriendRequestsFunction", nil, nil, "", &bobs)
-		a.call("ann", "ListFriendRequestsFunction", nil, map[string]string{"direction": "outgoing"}, "", &anns)
+		a.call(t, "bob", "ListFriendRequestsFunction", nil, nil, "", &bobs)
+		a.call(t, "ann", "ListFriendRequestsFunction", nil, map[string]string{"direction": "outgoing"}, "", &anns)
 		if len(bobs.Incoming) != 1 || bobs.Incoming[0].RequestID != first.RequestID || len(bobs.Outgoing) != 0 {
 			t.Fatalf("bob sees %+v", bobs)
 		}
 		if len(anns.Outgoing) != 2 || anns.Outgoing[0].To != "bob" || anns.Outgoing[1].To != "Bob" || len(anns.Incoming) != 0 {
 			t.Fatalf("ann sees %+v", anns)
 		}
-		st, code := a.call("ann", "ListFriendRequestsFunction", nil, map[string]string{"direction": "sideways"}, "", nil)
-		a.expect(st, code, 400, "invalid_parameter")
+		st, code := a.call(t, "ann", "ListFriendRequestsFunction", nil, map[string]string{"direction": "sideways"}, "", nil)
+		a.expect(t, st, code, 400, "invalid_parameter")
 	})
 	t.Run("the sender cannot accept its own request", func(t *testing.T) {
-		st, code := a.call("ann", "AcceptFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", nil)
-		a.expect(st, code, 403, "cannot_accept_own_request")
+		st, code := a.call(t, "ann", "AcceptFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", nil)
+		a.expect(t, st, code, 403, "cannot_accept_own_request")
 	})
 	t.Run("a third agent cannot see the request", func(t *testing.T) {
-		st, code := a.call("cat", "RejectFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", nil)
-		a.expect(st, code, 404, "request_not_found")
+		st, code := a.call(t, "cat", "RejectFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", nil)
+		a.expect(t, st, code, 404, "request_not_found")
 		for _, id := range []string{"0", "-1", "01", "x", "99999999"} {
-			st, code := a.call("bob", "AcceptFriendRequestFunction", map[string]string{"id": id}, nil, "", nil)
-			a.expect(st, code, 404, "request_not_found")
+			st, code := a.call(t, "bob", "AcceptFriendRequestFunction", map[string]string{"id": id}, nil, "", nil)
+			a.expect(t, st, code, 404, "request_not_found")
 		}
 	})
 	t.Run("accepting makes both friends, and accepting again answers the same", func(t *testing.T) {
 		var r FriendRequest
-		st, _ := a.call("bob", "AcceptFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", &r)
+		st, _ := a.call(t, "bob", "AcceptFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", &r)
 		if st != 200 || r.Status != RequestAccepted || r.DecidedAt == nil {
 			t.Fatalf("%d %+v", st, r)
 		}
-		st, _ = a.call("bob", "AcceptFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", &r)
+		st, _ = a.call(t, "bob", "AcceptFriendRequestFunction", map[string]string{"id": first.RequestID}, nil, "", &r)
 		if st != 200 || r.Status != RequestAccepted {
 			t.Fatalf("repeat: %d %+v", st, r)
 		}
@@ -148,37 +150,37 @@ func TestFriends(t *testing.T) {
 				t.Fatalf("%s cannot reach %s", pair[0], pair[1])
 			}
 		}
-		st, code, _ := req("bob", "ann")
-		a.expect(st, code, 409, "already_friends")
+		st, code, _ := req(t, "bob", "ann")
+		a.expect(t, st, code, 409, "already_friends")
 	})
 	t.Run("a request meeting a pending reverse request makes a friendship at once", func(t *testing.T) {
-		st, _, r1 := req("cat", "dan")
+		st, _, r1 := req(t, "cat", "dan")
 		if st != 201 || r1.Status != RequestPending {
 			t.Fatal(st, r1)
 		}
-		st, _, r2 := req("dan", "cat")
+		st, _, r2 := req(t, "dan", "cat")
 		if st != 201 || r2.Status != RequestAccepted {
 			t.Fatalf("reverse request: %d %+v", st, r2)
 		}
 		var cats FriendRequests
-		a.call("cat", "ListFriendRequestsFunction", nil, nil, "", &cats)
+		a.call(t, "cat", "ListFriendRequestsFunction", nil, nil, "", &cats)
 		if len(cats.Outgoing)+len(cats.Incoming) != 0 {
 			t.Fatalf("cat still has pending requests: %+v", cats)
 		}
 		var old FriendRequest
-		st, code := a.call("dan", "RejectFriendRequestFunction", map[string]string{"id": r1.RequestID}, nil, "", &old)
-		a.expect(st, code, 409, "request_not_pending")
+		st, code := a.call(t, "dan", "RejectFriendRequestFunction", map[string]string{"id": r1.RequestID}, nil, "", &old)
+		a.expect(t, st, code, 409, "request_not_pending")
 	})
 	t.Run("the sender withdraws, the recipient rejects, and settled requests stay settled", func(t *testing.T) {
-		_, _, r := req("cat", "bob")
+		_, _, r := req(t, "cat", "bob")
 		var w FriendRequest
-		if st, _ := a.call("cat", "RejectFriendRequestFunction", map[string]string{"id": r.RequestID}, nil, "", &w); st != 200 || w.Status != RequestWithdrawn {
+		if st, _ := a.call(t, "cat", "RejectFriendRequestFunction", map[string]string{"id": r.RequestID}, nil, "", &w); st != 200 || w.Status != RequestWithdrawn {
 			t.Fatalf("withdraw: %d %+v", st, w)
 		}
-		st, code := a.call("bob", "AcceptFriendRequestFunction", map[string]string{"id": r.RequestID}, nil, "", nil)
-		a.expect(st, code, 409, "request_not_pending")
-		_, _, r = req("cat", "bob")
-		if st, _ := a.call("bob", "RejectFriendRequestFunction", map[string]string{"id": r.RequestID}, nil, "", &w); st != 200 || w.Status != RequestRejected {
+		st, code := a.call(t, "bob", "AcceptFriendRequestFunction", map[string]string{"id": r.RequestID}, nil, "", nil)
+		a.expect(t, st, code, 409, "request_not_pending")
+		_, _, r = req(t, "cat", "bob")
+		if st, _ := a.call(t, "bob", "RejectFriendRequestFunction", map[string]string{"id": r.RequestID}, nil, "", &w); st != 200 || w.Status != RequestRejected {
 			t.Fatalf("reject: %d %+v", st, w)
 		}
 		if ok, _ := CanCommunicate(ctx, a.s.DB, "cat", "bob"); ok {
@@ -195,8 +197,8 @@ func TestFriends(t *testing.T) {
 			Friends   []Friend
 			NextAfter string `json:"next_after"`
 		}
-		a.call("ann", "ListFriendsFunction", nil, map[string]string{"limit": "2"}, "", &page1)
-		a.call("ann", "ListFriendsFunction", nil, map[string]string{"limit": "2", "after": page1.NextAfter}, "", &page2)
+		a.call(t, "ann", "ListFriendsFunction", nil, map[string]string{"limit": "2"}, "", &page1)
+		a.call(t, "ann", "ListFriendsFunction", nil, map[string]string{"limit": "2", "after": page1.NextAfter}, "", &page2)
 		if !sameIDs(friendIDs(page1.Friends), "Bob", "bob") || page1.NextAfter != "bob" ||
 			!sameIDs(friendIDs(page2.Friends), "cat", "dan") || page2.NextAfter != "" {
 			t.Fatalf("pages %+v / %+v", page1, page2)
@@ -205,36 +207,36 @@ func TestFriends(t *testing.T) {
 			t.Fatalf("presence missing: %+v", page1.Friends[0])
 		}
 		for _, q := range []map[string]string{{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"after": "bad id"}} {
-			st, code := a.call("ann", "ListFriendsFunction", nil, q, "", nil)
-			a.expect(st, code, 400, "invalid_parameter")
+			st, code := a.call(t, "ann", "ListFriendsFunction", nil, q, "", nil)
+			a.expect(t, st, code, 400, "invalid_parameter")
 		}
 	})
 	t.Run("removing a friend ends it both ways, once", func(t *testing.T) {
-		if st, _ := a.call("bob", "RemoveFriendFunction", map[string]string{"id": "ann"}, nil, "", nil); st != 204 {
+		if st, _ := a.call(t, "bob", "RemoveFriendFunction", map[string]string{"id": "ann"}, nil, "", nil); st != 204 {
 			t.Fatal(st)
 		}
 		if ok, _ := CanCommunicate(ctx, a.s.DB, "ann", "bob"); ok {
 			t.Fatal("still friends")
 		}
-		st, code := a.call("ann", "RemoveFriendFunction", map[string]string{"id": "bob"}, nil, "", nil)
-		a.expect(st, code, 404, "not_friends")
+		st, code := a.call(t, "ann", "RemoveFriendFunction", map[string]string{"id": "bob"}, nil, "", nil)
+		a.expect(t, st, code, 404, "not_friends")
 	})
 	t.Run("the admin makes friends idempotently and refuses nonsense", func(t *testing.T) {
 		var f AdminFriendship
-		st, _ := a.call("admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"bob","b":"dan"}`, &f)
+		st, _ := a.call(t, "admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"bob","b":"dan"}`, &f)
 		if st != 201 {
 			t.Fatal(st)
 		}
-		st, _ = a.call("admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan","b":"bob"}`, &f)
+		st, _ = a.call(t, "admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan","b":"bob"}`, &f)
 		if st != 200 {
 			t.Fatalf("repeat: %d", st)
 		}
-		st, code := a.call("admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan","b":"dan"}`, nil)
-		a.expect(st, code, 422, "self_friendship")
-		st, code = a.call("admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan","b":"ghost"}`, nil)
-		a.expect(st, code, 404, "agent_not_found")
-		st, code = a.call("admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan"`, nil)
-		a.expect(st, code, 400, "invalid_json")
+		st, code := a.call(t, "admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan","b":"dan"}`, nil)
+		a.expect(t, st, code, 422, "self_friendship")
+		st, code = a.call(t, "admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan","b":"ghost"}`, nil)
+		a.expect(t, st, code, 404, "agent_not_found")
+		st, code = a.call(t, "admin", "AdminCreateFriendshipFunction", nil, nil, `{"a":"dan"`, nil)
+		a.expect(t, st, code, 400, "invalid_json")
 	})
 	t.Run("an agent cannot communicate with itself", func(t *testing.T) {
 		if ok, err := CanCommunicate(ctx, a.s.DB, "ann", "ann"); ok || err != nil {
@@ -256,53 +258,53 @@ func TestGroups(t *testing.T) {
 	}
 	var g Group
 	t.Run("the creator owns a new group with its own context", func(t *testing.T) {
-		st, _ := a.call("owner", "CreateGroupFunction", nil, nil, `{"name":"Release crew"}`, &g)
+		st, _ := a.call(t, "owner", "CreateGroupFunction", nil, nil, `{"name":"Release crew"}`, &g)
 		if st != 201 || g.Owner != "owner" || g.Role != RoleOwner || g.MemberCount != 1 ||
 			!regexp.MustCompile(`^grp_[0-9a-f]{24}$`).MatchString(g.GroupID) ||
 			!regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(g.ContextID) {
 			t.Fatalf("%d %+v", st, g)
 		}
-		st, code := a.call("owner", "CreateGroupFunction", nil, nil, `{"name":""}`, nil)
-		a.expect(st, code, 422, "invalid_name")
+		st, code := a.call(t, "owner", "CreateGroupFunction", nil, nil, `{"name":""}`, nil)
+		a.expect(t, st, code, 422, "invalid_name")
 	})
-	add := func(who, agent, role string) (int, string, Membership) {
+	add := func(t testing.TB, who, agent, role string) (int, string, Membership) {
 		var m Membership
-		st, code := a.call(who, "AddGroupMemberFunction", map[string]string{"id": g.GroupID}, nil, `{"agent_id":"`+agent+`","role":"`+role+`"}`, &m)
+		st, code := a.call(t, who, "AddGroupMemberFunction", map[string]string{"id": g.GroupID}, nil, `{"agent_id":"`+agent+`","role":"`+role+`"}`, &m)
 		return st, code, m
 	}
 	t.Run("the owner adds a friend as admin and another as member", func(t *testing.T) {
-		if st, _, m := add("owner", "adm", "admin"); st != 201 || m.Role != RoleAdmin {
+		if st, _, m := add(t, "owner", "adm", "admin"); st != 201 || m.Role != RoleAdmin {
 			t.Fatal(st, m)
 		}
-		if st, _, m := add("owner", "mem", ""); st != 201 || m.Role != RoleMember {
+		if st, _, m := add(t, "owner", "mem", ""); st != 201 || m.Role != RoleMember {
 			t.Fatal(st, m)
 		}
 	})
 	t.Run("adding an existing member changes nothing", func(t *testing.T) {
-		if st, _, m := add("owner", "adm", "member"); st != 200 || m.Role != RoleAdmin {
+		if st, _, m := add(t, "owner", "adm", "member"); st != 200 || m.Role != RoleAdmin {
 			t.Fatal(st, m)
 		}
 	})
 	t.Run("only friends of the adder can be added", func(t *testing.T) {
-		st, code, _ := add("owner", "outsider", "")
-		a.expect(st, code, 403, "not_a_friend")
+		st, code, _ := add(t, "owner", "outsider", "")
+		a.expect(t, st, code, 403, "not_a_friend")
 	})
 	t.Run("an admin adds members but not admins", func(t *testing.T) {
-		st, code, _ := add("adm", "pal", "admin")
-		a.expect(st, code, 403, "role_not_allowed")
-		if st, _, _ := add("adm", "pal", ""); st != 201 {
+		st, code, _ := add(t, "adm", "pal", "admin")
+		a.expect(t, st, code, 403, "role_not_allowed")
+		if st, _, _ := add(t, "adm", "pal", ""); st != 201 {
 			t.Fatal(st)
 		}
 	})
 	t.Run("a plain member cannot add, and roles are validated", func(t *testing.T) {
-		st, code, _ := add("mem", "owner", "")
-		a.expect(st, code, 403, "not_group_admin")
-		st, code, _ = add("owner", "late", "owner")
-		a.expect(st, code, 422, "invalid_role")
+		st, code, _ := add(t, "mem", "owner", "")
+		a.expect(t, st, code, 403, "not_group_admin")
+		st, code, _ = add(t, "owner", "late", "owner")
+		a.expect(t, st, code, 422, "invalid_role")
 	})
 	t.Run("the roster lists members by id with roles and presence, to members only", func(t *testing.T) {
 		var r Roster
-		a.call("mem", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", &r)
+		a.call(t, "mem", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", &r)
 		got := []string{}
 		for _, m := range r.Members {
 			got = append(got, m.AgentID+":"+m.Role+":"+m.Status)
@@ -311,63 +313,63 @@ func TestGroups(t *testing.T) {
 			t.Fatalf("roster %v (%+v)", got, r.Group)
 		}
 		var page Roster
-		a.call("mem", "GetRosterFunction", map[string]string{"id": g.GroupID}, map[string]string{"limit": "3"}, "", &page)
+		a.call(t, "mem", "GetRosterFunction", map[string]string{"id": g.GroupID}, map[string]string{"limit": "3"}, "", &page)
 		if len(page.Members) != 3 || page.NextAfter != "owner" {
 			t.Fatalf("page %+v", page)
 		}
-		st, code := a.call("outsider", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", nil)
-		a.expect(st, code, 404, "group_not_found")
+		st, code := a.call(t, "outsider", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", nil)
+		a.expect(t, st, code, 404, "group_not_found")
 	})
 	t.Run("group mates reach each other; outsiders reach nobody", func(t *testing.T) {
 		if ok, _ := CanCommunicate(ctx, a.s.DB, "mem", "pal"); !ok {
 			t.Fatal("mem cannot reach pal")
 		}
 		var p AgentProfile
-		if st, _ := a.call("mem", "GetAgentFunction", map[string]string{"id": "pal"}, nil, "", &p); st != 200 || p.AgentID != "pal" {
+		if st, _ := a.call(t, "mem", "GetAgentFunction", map[string]string{"id": "pal"}, nil, "", &p); st != 200 || p.AgentID != "pal" {
 			t.Fatal(st, p)
 		}
 		for _, id := range []string{"pal", "ghost", "bad id"} {
-			st, code := a.call("outsider", "GetAgentFunction", map[string]string{"id": id}, nil, "", nil)
-			a.expect(st, code, 404, "agent_not_found")
+			st, code := a.call(t, "outsider", "GetAgentFunction", map[string]string{"id": id}, nil, "", nil)
+			a.expect(t, st, code, 404, "agent_not_found")
 		}
 	})
-	rm := func(who, agent string) (int, string) {
-		return a.call(who, "RemoveGroupMemberFunction", map[string]string{"id": g.GroupID, "agent": agent}, nil, "", nil)
+	rm := func(t testing.TB, who, agent string) (int, string) {
+		return a.call(t, who, "RemoveGroupMemberFunction", map[string]string{"id": g.GroupID, "agent": agent}, nil, "", nil)
 	}
 	t.Run("an admin cannot remove an admin or the owner; a member cannot remove others", func(t *testing.T) {
-		st, code := rm("adm", "owner")
-		a.expect(st, code, 403, "not_group_admin")
-		st, code = rm("mem", "pal")
-		a.expect(st, code, 403, "not_group_admin")
-		st, code = rm("owner", "outsider")
-		a.expect(st, code, 404, "member_not_found")
+		st, code := rm(t, "adm", "owner")
+		a.expect(t, st, code, 403, "not_group_admin")
+		st, code = rm(t, "mem", "pal")
+		a.expect(t, st, code, 403, "not_group_admin")
+		st, code = rm(t, "owner", "outsider")
+		a.expect(t, st, code, 404, "member_not_found")
 	})
 	t.Run("an admin removes a member and a member leaves", func(t *testing.T) {
-		if st, _ := rm("adm", "pal"); st != 204 {
+		if st, _ := rm(t, "adm", "pal"); st != 204 {
 			t.Fatal(st)
 		}
-		if st, _ := rm("mem", "mem"); st != 204 {
+		if st, _ := rm(t, "mem", "mem"); st != 204 {
 			t.Fatal(st)
 		}
-		st, code := a.call("mem", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", nil)
-		a.expect(st, code, 404, "group_not_found")
+		st, code := a.call(t, "mem", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", nil)
+		a.expect(t, st, code, 404, "group_not_found")
 	})
 	t.Run("when the owner leaves, the longest-standing admin becomes owner", func(t *testing.T) {
-		if st, _, _ := add("owner", "late", ""); st != 201 {
+		if st, _, _ := add(t, "owner", "late", ""); st != 201 {
 			t.Fatal(st)
 		}
-		if st, _ := rm("owner", "owner"); st != 204 {
+		if st, _ := rm(t, "owner", "owner"); st != 204 {
 			t.Fatal(st)
 		}
 		var r Roster
-		a.call("adm", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", &r)
+		a.call(t, "adm", "GetRosterFunction", map[string]string{"id": g.GroupID}, nil, "", &r)
 		if r.Owner != "adm" || r.Role != RoleOwner || r.MemberCount != 2 {
 			t.Fatalf("after the owner left: %+v", r.Group)
 		}
 	})
 	t.Run("when the last member leaves, the group is gone", func(t *testing.T) {
-		rm("adm", "adm")
-		if st, _ := a.call("late", "RemoveGroupMemberFunction", map[string]string{"id": g.GroupID, "agent": "late"}, nil, "", nil); st != 204 {
+		rm(t, "adm", "adm")
+		if st, _ := a.call(t, "late", "RemoveGroupMemberFunction", map[string]string{"id": g.GroupID, "agent": "late"}, nil, "", nil); st != 204 {
 			t.Fatal(st)
 		}
 		var n int
@@ -379,15 +381,15 @@ func TestGroups(t *testing.T) {
 		var ids []string
 		for _, name := range []string{"a", "b", "c"} {
 			var ng Group
-			a.call("owner", "CreateGroupFunction", nil, nil, `{"name":"`+name+`"}`, &ng)
+			a.call(t, "owner", "CreateGroupFunction", nil, nil, `{"name":"`+name+`"}`, &ng)
 			ids = append(ids, ng.GroupID)
 		}
 		var page1, page2 struct {
 			Groups    []Group
 			NextAfter string `json:"next_after"`
 		}
-		a.call("owner", "ListGroupsFunction", nil, map[string]string{"limit": "2"}, "", &page1)
-		a.call("owner", "ListGroupsFunction", nil, map[string]string{"after": page1.NextAfter}, "", &page2)
+		a.call(t, "owner", "ListGroupsFunction", nil, map[string]string{"limit": "2"}, "", &page1)
+		a.call(t, "owner", "ListGroupsFunction", nil, map[string]string{"after": page1.NextAfter}, "", &page2)
 		got := []string{}
 		for _, gr := range append(page1.Groups, page2.Groups...) {
 			got = append(got, gr.GroupID)
@@ -398,23 +400,23 @@ func TestGroups(t *testing.T) {
 	})
 	t.Run("the admin bootstraps a named group with members, without friendships", func(t *testing.T) {
 		var ag Group
-		st, _ := a.call("admin", "AdminCreateGroupFunction", nil, nil, `{"group_id":"ops","name":"Ops","owner":"outsider","members":["mem","mem","outsider"]}`, &ag)
+		st, _ := a.call(t, "admin", "AdminCreateGroupFunction", nil, nil, `{"group_id":"ops","name":"Ops","owner":"outsider","members":["mem","mem","outsider"]}`, &ag)
 		if st != 201 || ag.GroupID != "ops" || ag.MemberCount != 2 {
 			t.Fatal(st, ag)
 		}
-		st, code := a.call("admin", "AdminCreateGroupFunction", nil, nil, `{"group_id":"ops","name":"Ops","owner":"outsider"}`, nil)
-		a.expect(st, code, 409, "group_exists")
-		st, code = a.call("admin", "AdminCreateGroupFunction", nil, nil, `{"name":"Ops","owner":"outsider","members":["ghost"]}`, nil)
-		a.expect(st, code, 404, "agent_not_found")
+		st, code := a.call(t, "admin", "AdminCreateGroupFunction", nil, nil, `{"group_id":"ops","name":"Ops","owner":"outsider"}`, nil)
+		a.expect(t, st, code, 409, "group_exists")
+		st, code = a.call(t, "admin", "AdminCreateGroupFunction", nil, nil, `{"name":"Ops","owner":"outsider","members":["ghost"]}`, nil)
+		a.expect(t, st, code, 404, "agent_not_found")
 		var m Membership
-		if st, _ := a.call("admin", "AdminAddGroupMemberFunction", map[string]string{"id": "ops"}, nil, `{"agent_id":"pal","role":"admin"}`, &m); st != 201 || m.Role != RoleAdmin {
+		if st, _ := a.call(t, "admin", "AdminAddGroupMemberFunction", map[string]string{"id": "ops"}, nil, `{"agent_id":"pal","role":"admin"}`, &m); st != 201 || m.Role != RoleAdmin {
 			t.Fatal(st, m)
 		}
-		if st, _ := a.call("admin", "AdminAddGroupMemberFunction", map[string]string{"id": "ops"}, nil, `{"agent_id":"pal"}`, &m); st != 200 {
+		if st, _ := a.call(t, "admin", "AdminAddGroupMemberFunction", map[string]string{"id": "ops"}, nil, `{"agent_id":"pal"}`, &m); st != 200 {
 			t.Fatal(st)
 		}
-		st, code = a.call("admin", "AdminAddGroupMemberFunction", map[string]string{"id": "nope"}, nil, `{"agent_id":"pal"}`, nil)
-		a.expect(st, code, 404, "group_not_found")
+		st, code = a.call(t, "admin", "AdminAddGroupMemberFunction", map[string]string{"id": "nope"}, nil, `{"agent_id":"pal"}`, nil)
+		a.expect(t, st, code, 404, "group_not_found")
 	})
 }
 
