@@ -112,10 +112,10 @@ func (in Inbox) Read(ctx context.Context, recipient string, after int64, limit i
 // Unservable returns why a stored body cannot be served as is, or "".
 func Unservable(body []byte) string {
 	switch {
+	case jsonlimit.Exceeds(body, MaxServedBodyDepth): // first: cheap, and json.Valid fails past 10,000 levels
+		return UndeliverableTooDeep
 	case !utf8.Valid(body) || !json.Valid(body):
 		return UndeliverableUnencodable
-	case jsonlimit.Exceeds(body, MaxServedBodyDepth):
-		return UndeliverableTooDeep
 	}
 	return ""
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
-	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
@@ -251,7 +250,7 @@ func (s *Service) servable(kind, id string, parts *json.RawMessage) string {
 
 func (s *Service) undeliverable(kind, id, code string, size int) {
 	s.Log.Error("task content served as undeliverable", "kind", kind, "id", id, "code", code, "bytes", size)
-	metrics.Default.Emit(map[string]float64{MetricUndeliverableContent: 1})
+	s.Metrics.Emit(map[string]float64{MetricUndeliverableContent: 1})
 }
 
 // ---- GET /v1/tasks/{id}/messages ----

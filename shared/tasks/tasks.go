@@ -21,6 +21,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/outbox"
 )
@@ -59,6 +60,8 @@ type Service struct {
 	// Janitor is the outbox retention job.
 	Janitor outbox.Janitor
 	Log     *slog.Logger
+	// Metrics receives the undeliverable counts (default metrics.Default).
+	Metrics *metrics.Sink
 	// Failpoint, when set, is called with a point's name inside every write
 	// transaction; an error aborts (rolls back) the transaction. Only tests
 	// set it: "before_commit" runs after every row of the write, including
@@ -108,6 +111,12 @@ func (s *Service) withDefaults() *Service {
 	}
 	if s.Inbox.Log == nil {
 		s.Inbox.Log = s.Log
+	}
+	if s.Metrics == nil {
+		s.Metrics = metrics.Default
+	}
+	if s.Inbox.Metrics == nil {
+		s.Inbox.Metrics = s.Metrics
 	}
 	if s.Janitor.DB == nil {
 		s.Janitor.DB = s.DB
