@@ -61,7 +61,15 @@ func (o Options) ClientOpts(ctx context.Context) ([]kgo.Opt, error) {
 
 // NewProducer returns a client that produces with acks=all and idempotence
 // (franz-go's defaults, stated here because the no-loss guarantee rests on
-// them), Kafka's murmur2 key partitioner, and a bounded produce timeout.
+// them), Kafka's murmur2 key partitioner, and a produce that ends at its
+// context's deadline or the delivery timeout even with the broker gone.
+//
+// The last needs AllowIdempotentProduceCancellation: without it an idempotent
+// franz-go producer refuses to fail a record once it was written to a
+// connection (it cannot tell "not received" from "reply lost") and waits for
+// the broker however long it takes, past any context deadline. The price is a
+// possible duplicate of a cancelled record when it is published again, which
+// consumers drop by seq like any republication.
 func NewProducer(ctx context.Context, o Options, topic string) (*kgo.Client, error) {
 	opts, err := o.ClientOpts(ctx)
 	if err != nil {
@@ -74,6 +82,7 @@ func NewProducer(ctx context.Context, o Options, topic string) (*kgo.Client, err
 		kgo.RecordRetries(5),
 		kgo.ProduceRequestTimeout(10*time.Second),
 		kgo.RecordDeliveryTimeout(20*time.Second),
+		kgo.AllowIdempotentProduceCancellation(),
 		kgo.ProducerLinger(0),
 	)
 	return kgo.NewClient(opts...)
