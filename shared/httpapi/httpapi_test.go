@@ -1,0 +1,111 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/jsonlimit"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/testenv"
+)
+
+type noAuth struct{}
+
+func (noAuth) AuthenticateAgent(context.Context, string) (Caller, error) {
+	return Caller{AgentID: "ann"}, nil
+}
+func (noAuth) AuthenticateAdmin(context.Context, string) error { return nil }
+
+// serve runs one request through Lambda with a handler that answers
+// (out, err), and returns the answer and what was logged.
+func serve(t *testing.T, body string, out Response, err error) (events.APIGatewayV2HTTPResponse, string, bool) {
+	t.Helper()
+	var logs testenv.Buffer
+	called := false
+	ep := Endpoint{Auth: AuthAgent, Handle: func(context.Context, *Request) (Response, error) {
+		called = true
+		return out, err
+	}}
+	ev := events.APIGatewayV2HTTPRequest{RouteKey: "POST /v1/x", Body: body,
+		Headers:        map[string]string{"authorization": "Bearer x"},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "req-42"}}
+	resp, lerr := Lambda(noAuth{}, slog.New(slog.NewJSONHandler(&logs, nil)), ep)(context.Background(), ev)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	return resp, logs.String(), called
+}
+
+func code(t *testing.T, resp events.APIGatewayV2HTTPResponse) string {
+	t.Helper()
+	var p Problem
+	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
+		t.Fatalf("not a problem document: %s", resp.Body)
+	}
+	return p.Code
+}
+
+func TestBodiesNestedPastTheCapAreRefusedBeforeTheHandlerRuns(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		depth int
+		want  int
+	}{
+		{"10,000 levels", 10000, 400},
+		{"41 levels", MaxBodyDepth + 1, 400},
+		{"40 levels", MaxBodyDepth, 200},
+	} {
+		t.Run(fmt.Sprintf("a body of %s answers %d", c.name, c.want), func(t *testing.T) {
+			body := strings.Repeat(`{"a":`, c.depth) + "1" + strings.Repeat("}", c.depth)
+			resp, _, called := serve(t, body, JSON(200, map[string]int{}), nil)
+			if resp.StatusCode != c.want || called != (c.want == 200) {
+				t.Fatalf("got %d %s (handler ran: %v)", resp.StatusCode, resp.Body, called)
+			}
+			if c.want == 400 && (code(t, resp) != "too_deep" || resp.Headers["Content-Type"] != "application/problem+json") {
+				t.Fatalf("got %v %s", resp.Headers, resp.Body)
+			}
+		})
+	}
+}
+
+func TestEvery5xxIsLoggedWithItsRequestID(t *testing.T) {
+	netDown := fmt.Errorf("read rows: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	for _, c := range []struct {
+		name   string
+		out    Response
+		err    error
+		status int
+		code   string
+	}{
+		{"a handler's unexpected error", Response{}, errors.New("boom"), 500, "internal"},
+		{"a body that cannot be encoded", JSON(200, json.RawMessage(`{"a":`)), nil, 500, "internal"},
+		{"a body larger than a Lambda response", JSON(200, strings.Repeat("x", jsonlimit.LambdaResponseBytes)), nil, 500, "internal"},
+		{"an unreachable database", Response{}, netDown, 503, "unavailable"},
+		{"a dependency the handler calls unavailable", Response{}, mesh.Errorf(mesh.KindUnavailable, "canceled", "x"), 503, "canceled"},
+	} {
+		t.Run(c.name+fmt.Sprintf(" answers %d %s and logs it", c.status, c.code), func(t *testing.T) {
+			resp, logs, _ := serve(t, "", c.out, c.err)
+			if resp.StatusCode != c.status || code(t, resp) != c.code {
+				t.Fatalf("got %d %s", resp.StatusCode, resp.Body)
+			}
+			if !strings.Contains(logs, `"level":"ERROR"`) || !strings.Contains(logs, `"request_id":"req-42"`) {
+				t.Fatalf("no error log with the request id: %s", logs)
+			}
+			if c.status == 503 && resp.Headers["Retry-After"] == "" {
+				t.Fatalf("503 without Retry-After: %v", resp.Headers)
+			}
+			if len(resp.Body) > 4096 {
+				t.Fatalf("the problem document is %d bytes", len(resp.Body))
+			}
+		})
+	}
+}
