@@ -148,6 +148,16 @@ func header(h map[string]string, name string) string {
 	return ""
 }
 
+type sourceKey struct{}
+
+// SourceAddr is the client address of the request being served (API
+// Gateway's sourceIp), or "" outside a request. Authentication uses it to
+// throttle failures per address.
+func SourceAddr(ctx context.Context) string {
+	s, _ := ctx.Value(sourceKey{}).(string)
+	return s
+}
+
 // LambdaHandler is the signature aws-lambda-go calls for HTTP API events.
 type LambdaHandler func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 
@@ -158,6 +168,7 @@ func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, _ error) {
 		start := time.Now()
 		req := &Request{Event: ev}
+		ctx = context.WithValue(ctx, sourceKey{}, ev.RequestContext.HTTP.SourceIP)
 		defer func() {
 			if p := recover(); p != nil {
 				resp = problem(log, ev, mesh.Internal(fmt.Errorf("panic: %v", p)))

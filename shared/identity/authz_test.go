@@ -174,6 +174,9 @@ var authzRoutes = []authzRoute{
 	{name: "RejectFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: fixed(""), want: agentsWant(200, 404, 404, 404)},
 	{name: "ListFriendsFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
 	{name: "RemoveFriendFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(404, 204, 404, 404)},
+	{name: "BlockAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(422, 204, 204, 204)},
+	{name: "UnblockAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(204, 204, 204, 204)},
+	{name: "ListBlocksFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
 	{name: "CreateGroupFunction", params: none, body: fixed(`{"name":"reviewers"}`), want: agentsWant(201, 201, 201, 201)},
 	{name: "ListGroupsFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
 	{name: "GetRosterFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G} }, body: fixed(""), want: agentsWant(200, 404, 200, 404)},
@@ -270,6 +273,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			t.Run(fmt.Sprintf("%s by %s answers %d", r.name, caller, want), func(t *testing.T) {
 				w := buildWorld(t, s, n)
 				ev := apiEvent(routes[r.name], r.params(w), r.query, w.auth[caller], r.body(w, caller))
+				// Each case is its own client: the throttle of failed
+				// credentials (TestAuthFailuresAreThrottled) must not carry
+				// over from one case to the next.
+				ev.RequestContext.HTTP.SourceIP = fmt.Sprintf("2001:db8::%x", n)
 				before := snapshot(t, s)
 				resp := invoke(t, s, r.name, ev)
 				if resp.StatusCode != want {

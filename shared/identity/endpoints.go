@@ -166,6 +166,22 @@ func Endpoints(s *Service) httpapi.Endpoints {
 		"RemoveFriendFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			return noContent(s.RemoveFriend(ctx, r.Caller.AgentID, r.Path("id")))
 		}),
+		"BlockAgentFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			return noContent(s.BlockAgent(ctx, r.Caller.AgentID, r.Path("id")))
+		}),
+		"UnblockAgentFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			return noContent(s.UnblockAgent(ctx, r.Caller.AgentID, r.Path("id")))
+		}),
+		"ListBlocksFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			p, err := parsePage(r.Query("after"), r.Query("limit"))
+			if err != nil {
+				return httpapi.Response{}, err
+			}
+			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+				blocks, next, err := s.ListBlocks(ctx, r.Caller.AgentID, p)
+				return httpapi.JSON(http.StatusOK, listPage("blocks", blocks, next)), err
+			}).Handle(ctx, r)
+		}),
 
 		"CreateGroupFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			var in struct {

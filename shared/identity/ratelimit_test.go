@@ -226,6 +226,8 @@ func TestWriteCostsOneCommit(t *testing.T) {
 		{name: "AcceptFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: func(*world) string { return "" }, caller: self, status: 200, commits: 1},
 		{name: "RejectFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: func(*world) string { return "" }, caller: self, status: 200, commits: 1},
 		{name: "RemoveFriendFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: func(*world) string { return "" }, caller: friend, status: 204, commits: 1},
+		{name: "BlockAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: func(*world) string { return "" }, caller: friend, status: 204, commits: 1},
+		{name: "UnblockAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: func(*world) string { return "" }, caller: friend, status: 204, commits: 1},
 		{name: "CreateGroupFunction", params: none, body: func(*world) string { return `{"name":"g"}` }, caller: self, status: 201, commits: 1},
 		{name: "AddGroupMemberFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G} }, body: func(w *world) string { return fmt.Sprintf(`{"agent_id":%q}`, w.F) }, caller: self, status: 201, commits: 1},
 		{name: "RemoveGroupMemberFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G, "agent": w.M} }, body: func(*world) string { return "" }, caller: self, status: 204, commits: 1},

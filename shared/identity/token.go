@@ -34,6 +34,22 @@ var errBadKey = mesh.Errorf(mesh.KindUnauthorized, "invalid_api_key", "the API k
 // cannot be used to hammer the database through this public route either.
 func (s *Service) IssueToken(ctx context.Context, apiKey string) (TokenResponse, error) {
 	keyID, hash, ok := parseAPIKey(apiKey)
+	now := s.now()
+	throttles := authThrottles(ctx, keyID)
+	if err := s.checkThrottles(ctx, throttles, now); err != nil {
+		return TokenResponse{}, err
+	}
+	tok, err := s.issueToken(ctx, keyID, hash, ok)
+	if me := mesh.AsError(err); err != nil && me.Code == errBadKey.Code {
+		if err := s.spend(ctx, throttles, now); err != nil {
+			return TokenResponse{}, err
+		}
+	}
+	return tok, err
+}
+
+// issueToken is IssueToken once the failure budgets allowed the attempt.
+func (s *Service) issueToken(ctx context.Context, keyID string, hash []byte, ok bool) (TokenResponse, error) {
 	if !ok {
 		return TokenResponse{}, errBadKey
 	}
@@ -115,15 +131,25 @@ func (s *Service) AuthenticateAgent(ctx context.Context, token string) (httpapi.
 	return httpapi.Caller{AgentID: c.Subject, KeyID: c.KeyID}, nil
 }
 
-// AuthenticateAdmin compares the admin key in constant time.
-func (s *Service) AuthenticateAdmin(_ context.Context, key string) error {
+// AuthenticateAdmin compares the admin key in constant time. Failures are
+// throttled per source address, and the admin routes share one request
+// budget, like an agent's.
+func (s *Service) AuthenticateAdmin(ctx context.Context, key string) error {
+	now := s.now()
+	throttles := authThrottles(ctx, "")
+	if err := s.checkThrottles(ctx, throttles, now); err != nil {
+		return err
+	}
 	// Hash both sides so the comparison time does not depend on lengths.
 	a := sha256.Sum256([]byte(key))
 	b := sha256.Sum256([]byte(s.AdminKey))
 	if s.AdminKey == "" || subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+		if err := s.spend(ctx, throttles, now); err != nil {
+			return err
+		}
 		return mesh.Errorf(mesh.KindUnauthorized, "invalid_admin_key", "admin routes need the admin key")
 	}
-	return nil
+	return s.takeAdmin(ctx, now)
 }
 
 // verifyToken checks a token's signature, algorithm, kid, issuer and expiry

@@ -612,8 +612,8 @@ func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg conf
 		Body: map[string]string{"to": "bob"}, Want: 409, Code: "already_friends"})
 	c.do(call{Who: "alice asks herself", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["alice"],
 		Body: map[string]string{"to": "alice"}, Want: 422, Code: "self_request"})
-	c.do(call{Who: "alice asks a ghost", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["alice"],
-		Body: map[string]string{"to": "ghost"}, Want: 404, Code: "agent_not_found"})
+	c.do(call{Who: "alice asks a ghost: answered like a new request, nothing stored", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["alice"],
+		Body: map[string]string{"to": "ghost"}, Want: 201})
 	c.do(call{Who: "alice asks nobody", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["alice"],
 		Body: map[string]string{}, Want: 422, Code: "invalid_agent_id", OffSpec: true})
 	c.do(call{Who: "dave asks with a message", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["dave"],
@@ -635,6 +635,23 @@ func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg conf
 		Want: 409, Code: "request_not_pending"})
 	c.do(call{Who: "bob rejects a request between others", Method: "POST", Path: "/v1/friends/requests/" + erinToCarol + "/reject", Auth: tokens["bob"],
 		Want: 404, Code: "request_not_found"})
+	c.do(call{Who: "erin asks carol again during the cool-down", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["erin"],
+		Body: map[string]string{"to": "carol"}, Want: 429, Code: "request_cool_down"})
+	c.do(call{Who: "erin blocks carol", Method: "PUT", Path: "/v1/blocks/carol", Auth: tokens["erin"], Want: 204})
+	c.do(call{Who: "erin blocks carol again", Method: "PUT", Path: "/v1/blocks/carol", Auth: tokens["erin"], Want: 204})
+	c.do(call{Who: "erin blocks herself", Method: "PUT", Path: "/v1/blocks/erin", Auth: tokens["erin"], Want: 422, Code: "self_block"})
+	c.do(call{Who: "erin blocks an invalid id", Method: "PUT", Path: "/v1/blocks/not%20valid", Auth: tokens["erin"],
+		Want: 422, Code: "invalid_agent_id", OffSpec: true})
+	c.do(call{Who: "erin lists her blocks", Method: "GET", Path: "/v1/blocks", Auth: tokens["erin"], Want: 200})
+	c.do(call{Who: "erin lists blocks with a bad limit", Method: "GET", Path: "/v1/blocks?limit=0", Auth: tokens["erin"],
+		Want: 400, Code: "invalid_parameter", OffSpec: true})
+	c.do(call{Who: "erin asks carol, whom she blocked", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["erin"],
+		Body: map[string]string{"to": "carol"}, Want: 409, Code: "agent_blocked"})
+	c.do(call{Who: "carol asks erin, who blocked her: answered like a new request", Method: "POST", Path: "/v1/friends/requests", Auth: tokens["carol"],
+		Body: map[string]string{"to": "erin"}, Want: 201})
+	c.do(call{Who: "erin unblocks carol", Method: "DELETE", Path: "/v1/blocks/carol", Auth: tokens["erin"], Want: 204})
+	c.do(call{Who: "erin unblocks an invalid id", Method: "DELETE", Path: "/v1/blocks/not%20valid", Auth: tokens["erin"],
+		Want: 422, Code: "invalid_agent_id", OffSpec: true})
 	c.do(call{Who: "alice lists her friends", Method: "GET", Path: "/v1/friends", Auth: tokens["alice"], Want: 200})
 	next := c.do(call{Who: "alice lists one friend", Method: "GET", Path: "/v1/friends?limit=1", Auth: tokens["alice"], Want: 200}).field("next_after")
 	c.do(call{Who: "alice lists the friends after the first", Method: "GET", Path: "/v1/friends?limit=1&after=" + next, Auth: tokens["alice"], Want: 200})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/agentmesh/agentmesh/shared/identity"
 )
 
 // Idempotency keys are kept as long as outbox events: a client retrying the
@@ -15,10 +17,14 @@ const (
 	deleteIdemKeySQL = `DELETE FROM idempotency_keys WHERE (sender, message_id) IN ((?, ?)) AND created_at < ?`
 )
 
-// RunJanitor is the OutboxJanitorFunction's job: expired outbox rows, then
-// expired idempotency keys, each in small batches.
+// RunJanitor is the OutboxJanitorFunction's job: expired outbox rows,
+// refilled authentication throttles, then expired idempotency keys, each in
+// small batches.
 func (s *Service) RunJanitor(ctx context.Context) error {
 	if err := s.Janitor.Run(ctx); err != nil {
+		return err
+	}
+	if _, err := identity.ExpireThrottles(ctx, s.DB, s.Clock(), s.Janitor.BatchSize()); err != nil {
 		return err
 	}
 	for {
