@@ -322,3 +322,29 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 		fits(t, "GET /v1/tasks", f.call(t, req{fn: "ListTasksFunction", caller: "bob", method: "GET", path: "/v1/tasks", query: map[string]string{"limit": fmt.Sprint(MaxListLimit)}}))
 	})
 }
+
+// A group send answers one task per recipient: past MaxFanoutMembers the
+// answer would outgrow a Lambda response, so it is refused whole.
+func TestAGroupSendToMoreThanMaxFanoutMembersIsRefusedAndWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	members := []string{"ann"}
+	for i := range MaxFanoutMembers + 1 {
+		members = append(members, fmt.Sprintf("m%05d", i))
+	}
+	f.agents(t, members...)
+	f.group(t, "all", "ctx-all", members...)
+	before := f.state(t)
+	r := f.groupSend(t, "ann", "all", GroupSendRequest{Parts: text("hi all")})
+	if r.Status != 413 || r.code() != "fanout_too_large" {
+		t.Fatalf("got %d %.300s, want 413 fanout_too_large", r.Status, r.Body)
+	}
+	if after := f.state(t); after != before {
+		t.Fatalf("a refused fan-out changed the database: %+v -> %+v", before, after)
+	}
+	if _, err := f.db.Exec("DELETE FROM group_members WHERE group_id = 'all' AND agent_id = 'm00000'"); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.groupSend(t, "ann", "all", GroupSendRequest{Parts: text("hi all")}); r.Status != 202 || lambdaPayload(t, r) > jsonlimit.LambdaResponseBytes {
+		t.Fatalf("exactly %d recipients: %d, %d bytes", MaxFanoutMembers, r.Status, len(r.Body))
+	}
+}

@@ -34,6 +34,9 @@ const (
 	// send: the whole fan-out is one transaction, and a 256 KiB message to
 	// 1,000 members would otherwise write half a gigabyte in it.
 	DefaultMaxFanoutBytes = 64 << 20
+	// MaxFanoutMembers caps the recipients of one group send: the answer
+	// lists one task per recipient and must fit a Lambda response.
+	MaxFanoutMembers = 10000
 	// DefaultScanBatch is how many idle tasks one scanner transaction fails.
 	DefaultScanBatch = 200
 	// DefaultOutboxRetention is how long settled outbox rows stay readable

@@ -557,6 +557,10 @@ func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req G
 		if len(members) == 0 {
 			return nil, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "you are the only member of this group")
 		}
+		if len(members) > MaxFanoutMembers {
+			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
+				"the group has %d other members; a group send reaches at most %d", len(members), MaxFanoutMembers)
+		}
 		if total := len(parts) * len(members); total > s.MaxFanoutBytes {
 			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
 				"%d bytes to %d members is %d bytes; a group send may write at most %d", len(parts), len(members), total, s.MaxFanoutBytes)
