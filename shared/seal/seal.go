@@ -22,15 +22,15 @@ import (
 // KeySize is the size of master and derived keys.
 const KeySize = 32
 
-// Sealer derives per-agent keys from a master secret.
-type Sealer struct{ master []byte }
+// Sealer derives per-agent keys and routing ids from a master secret.
+type Sealer struct{ master, routingKey []byte }
 
 // New returns a Sealer; master must be KeySize bytes of secret randomness.
 func New(master []byte) (*Sealer, error) {
 	if len(master) != KeySize {
 		return nil, fmt.Errorf("seal: master key must be %d bytes, got %d", KeySize, len(master))
 	}
-	return &Sealer{master: append([]byte(nil), master...)}, nil
+	return &Sealer{master: append([]byte(nil), master...), routingKey: deriveRoutingKey(master)}, nil
 }
 
 // AgentKey derives the key of agentID for epoch.
