@@ -153,8 +153,9 @@ func orDefault[T int | time.Duration](p *T, v T) {
 // events flow, polls every BusyPoll while they keep coming and backs off to
 // IdlePoll when idle. A failed batch (database connection lost, broker
 // unreachable) does not end the run: the next one follows after a short
-// backoff. Run returns before ctx's deadline: it starts no batch that could
-// not finish in time and bounds every batch by that deadline. It returns the
+// backoff. Run returns before ctx's deadline: after the first batch it starts
+// none that could not finish in time, and it bounds every batch by that
+// deadline. It returns the
 // last error that was not a transient one, if any, so the invocation shows as
 // failed while delivery went on.
 func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
@@ -175,7 +176,8 @@ func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
 	var lastErr error
 	lastActive := time.Now()
 	errBackoff := 50 * time.Millisecond
-	for time.Now().Before(stop) && work.Err() == nil {
+	// The first batch runs whatever the budget; it is still bounded by work.
+	for first := true; (first || time.Now().Before(stop)) && work.Err() == nil; first = false {
 		st, err := d.RunOnce(work)
 		total.add(st)
 		pause := BusyPoll

@@ -226,45 +226,63 @@ func (p *stuckPublisher) Publish(ctx context.Context, recs []*kgo.Record) []erro
 }
 
 func TestARunEndsBeforeItsDeadlineWhenKafkaNeverAnswers(t *testing.T) {
-	f := newDispFixture(t, 1)
-	f.agents(t, "bob")
-	f.send(t, "x", "bob", 2)
-	var sink testenv.Buffer
-	stuck := &stuckPublisher{}
-	d := f.dispatcher(stuck, &metrics.Sink{W: &sink})
-	d.Clock = time.Now
-	// The run's budget outlasts its deadline and one publish could too: the
-	// deadline must win.
-	d.PublishTimeout = 2 * time.Second
 	const timeout = 8 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	start := time.Now()
-	err := d.Run(ctx, time.Minute)
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	if took >= timeout {
-		t.Fatalf("the run took %v, past its %v deadline", took, timeout)
-	}
-	if stuck.calls.Load() < 2 {
-		t.Fatalf("%d publish attempts: each must end at PublishTimeout and be retried in the run", stuck.calls.Load())
-	}
-	if n := metricSum(t, sink.String(), "OutboxPublishFailures"); n < 2 {
-		t.Fatalf("OutboxPublishFailures summed to %v over %d failed attempts", n, stuck.calls.Load())
-	}
-	var attempts int
-	var next time.Time
-	var lastErr sql.NullString
-	if err := f.db.QueryRow("SELECT attempts, next_attempt_at, last_error FROM dispatch_state WHERE recipient = 'bob'").Scan(&attempts, &next, &lastErr); err != nil {
-		t.Fatal(err)
-	}
-	if attempts != 0 || !next.After(start) || !strings.Contains(lastErr.String, "deadline") {
-		t.Fatalf("bob's state: attempts %d, next attempt %v, last error %q: want backed off without counting toward dead-lettering", attempts, next, lastErr.String)
-	}
-	if dl := f.deliveries(t, "bob"); dl["pending"] != 2 {
-		t.Fatalf("bob's events must stay pending: %v", dl)
+	for _, tc := range []struct {
+		name           string
+		publishTimeout time.Duration
+		minCalls       int32
+		// within bounds the run: no batch may start that its deadline would cut.
+		within time.Duration
+	}{
+		// The last batch may start 2 s (margin) + 2 s (publish) + 1 s before
+		// the deadline, at 3 s, and ends at 5 s at the latest.
+		{"publishes bounded by their timeout are retried until the run's time is up and none is cut", 2 * time.Second, 2, 5500 * time.Millisecond},
+		{"a publish timeout longer than the time left is cut at the run's deadline", 30 * time.Second, 1, timeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newDispFixture(t, 1)
+			f.agents(t, "bob")
+			f.send(t, "x", "bob", 2)
+			var sink testenv.Buffer
+			stuck := &stuckPublisher{}
+			d := f.dispatcher(stuck, &metrics.Sink{W: &sink})
+			d.Clock = time.Now
+			d.PublishTimeout = tc.publishTimeout
+			// The budget outlasts the deadline: the deadline must win.
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			err := d.Run(ctx, time.Minute)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			if took >= tc.within {
+				t.Fatalf("the run took %v, want under %v (deadline in %v)", took, tc.within, timeout)
+			}
+			calls := stuck.calls.Load()
+			if calls < tc.minCalls {
+				t.Fatalf("%d publish attempts, want at least %d", calls, tc.minCalls)
+			}
+			if n := metricSum(t, sink.String(), "OutboxPublishFailures"); n != float64(calls) {
+				t.Fatalf("OutboxPublishFailures summed to %v over %d failed attempts", n, calls)
+			}
+			if dl := f.deliveries(t, "bob"); dl["pending"] != 2 {
+				t.Fatalf("bob's events must stay pending: %v", dl)
+			}
+			if calls < 2 {
+				return // the one attempt was cut with the run: nothing was settled
+			}
+			var attempts int
+			var next time.Time
+			var lastErr sql.NullString
+			if err := f.db.QueryRow("SELECT attempts, next_attempt_at, last_error FROM dispatch_state WHERE recipient = 'bob'").Scan(&attempts, &next, &lastErr); err != nil {
+				t.Fatal(err)
+			}
+			if attempts != 0 || !next.After(start) || !strings.Contains(lastErr.String, "deadline") {
+				t.Fatalf("bob's state: attempts %d, next attempt %v, last error %q: want backed off without counting toward dead-lettering", attempts, next, lastErr.String)
+			}
+		})
 	}
 }
 
