@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,25 +36,48 @@ type fakeAPI struct {
 	offline  int
 	lastBeat time.Time
 	offAt    time.Time
+	// statuses are the POST /v1/tasks/{id}/status calls, in order.
+	statuses []statusCall
+	// terminal tasks answer a status move with 409 task_terminal.
+	terminal map[string]bool
+}
+
+// statusCall is one POST /v1/tasks/{id}/status the fake received.
+type statusCall struct {
+	TaskID string
+	Req    meshclient.StatusRequest
+}
+
+func (f *fakeAPI) statusCalls() []statusCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]statusCall(nil), f.statuses...)
 }
 
 func newFakeAPI(t testing.TB, agent string, sealer *seal.Sealer, brokers []string, topic string) (*fakeAPI, *httptest.Server) {
-	f := &fakeAPI{changed: make(chan struct{}), agent: agent, sealer: sealer, epoch: 1, brokers: brokers, topic: topic, served: map[int64]int{}}
+	f := &fakeAPI{changed: make(chan struct{}), agent: agent, sealer: sealer, epoch: 1, brokers: brokers, topic: topic, served: map[int64]int{}, terminal: map[string]bool{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, srv
 }
 
 // add commits the next event for the agent and returns it (body in clear).
+// The agent is the recipient of the event's task.
 func (f *fakeAPI) add(typ, from, text string) mesh.Envelope {
+	return f.addBody(typ, from, map[string]any{"parts": []mesh.Part{{Kind: "text", Text: text}},
+		"task": map[string]string{"initiator": from, "recipient": f.agent}})
+}
+
+// addBody commits the next event with the given body.
+func (f *fakeAPI) addBody(typ, from string, b any) mesh.Envelope {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	seq := int64(len(f.events) + 1)
-	body, _ := json.Marshal(map[string]any{"parts": []mesh.Part{{Kind: "text", Text: text}}})
+	body, _ := json.Marshal(b)
 	env := mesh.Envelope{
 		V: mesh.EnvelopeVersion, EventID: "ev-" + f.agent + "-" + strconv.FormatInt(seq, 10), Seq: seq, Type: typ,
 		To: f.agent, From: from, TaskID: "task-" + strconv.FormatInt(seq, 10), ContextID: "ctx-1", MessageID: "msg-" + strconv.FormatInt(seq, 10),
-		OccurredAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), KeyEpoch: f.epoch, Body: body,
+		OccurredAt: time.Now().UTC().Truncate(time.Millisecond), KeyEpoch: f.epoch, Body: body,
 	}
 	f.events = append(f.events, env)
 	close(f.changed)
@@ -68,6 +92,24 @@ func (f *fakeAPI) servedCount(seq int64) int {
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if task, ok := strings.CutPrefix(r.URL.Path, "/v1/tasks/"); ok && r.Method == http.MethodPost && strings.HasSuffix(task, "/status") {
+		task = strings.TrimSuffix(task, "/status")
+		var req meshclient.StatusRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.statuses = append(f.statuses, statusCall{TaskID: task, Req: req})
+		terminal := f.terminal[task]
+		f.terminal[task] = req.Status == mesh.TaskFailed || terminal
+		f.mu.Unlock()
+		if terminal {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(409)
+			_, _ = w.Write([]byte(`{"code":"task_terminal","status":409}`))
+			return
+		}
+		writeJSON(w, 200, meshclient.StatusResult{TaskID: task, Status: req.Status, MessageID: req.MessageID})
+		return
+	}
 	switch r.Method + " " + r.URL.Path {
 	case "POST /v1/auth/token":
 		var req struct {

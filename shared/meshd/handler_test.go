@@ -62,15 +62,18 @@ func TestCommandHandlerRunsARealShellCommand(t *testing.T) {
 
 func TestCommandHandlerFailures(t *testing.T) {
 	cases := []struct {
-		name    string
-		command []string
-		timeout time.Duration
-		wantErr string
+		name          string
+		command       []string
+		timeout       time.Duration
+		wantErr       string
+		wantPermanent bool
 	}{
-		{"a non-zero exit is a failure with its status", []string{"sh", "-c", "cat >/dev/null; exit 3"}, 0, "exited with status 3"},
-		{"a command past its timeout is killed with its children", []string{"sh", "-c", "sleep 30 & sleep 30; wait"}, 300 * time.Millisecond, "timed out"},
-		{"a missing program is a failure", []string{"/nonexistent/agent"}, 0, "handler"},
-		{"an empty command is a failure", nil, 0, "no command"},
+		{"a non-zero exit is a transient failure with its status and last stderr line", []string{"sh", "-c", "cat >/dev/null; echo noise >&2; echo 'model overloaded' >&2; exit 3"}, 0, "exited with status 3: model overloaded", false},
+		{"a command past its timeout is killed with its children, transient", []string{"sh", "-c", "sleep 30 & sleep 30; wait"}, 300 * time.Millisecond, "timed out", false},
+		{"exit 65 (what meshd reply exits with on a refused call) is permanent", []string{"sh", "-c", "cat >/dev/null; echo 'mesh API 409 task_terminal' >&2; exit 65"}, 0, "status 65: mesh API 409 task_terminal", true},
+		{"exit 127 (the shell found no such command) is permanent", []string{"sh", "-c", "no-such-agent-program-xyz"}, 0, "status 127", true},
+		{"a missing program is permanent", []string{"/nonexistent/agent"}, 0, "cannot be started", true},
+		{"an empty command is permanent", nil, 0, "no command", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,8 +82,36 @@ func TestCommandHandlerFailures(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
+			if got := meshd.IsPermanent(err); got != tc.wantPermanent {
+				t.Errorf("IsPermanent(%v) = %v, want %v", err, got, tc.wantPermanent)
+			}
 			if time.Since(start) > 5*time.Second {
 				t.Errorf("took %v: children kept the handler alive", time.Since(start))
+			}
+		})
+	}
+}
+
+func TestCommandHandlerCheck(t *testing.T) {
+	plain := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(plain, []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		command []string
+		wantErr string
+	}{
+		{"a program on PATH passes", []string{"sh", "-c", "true"}, ""},
+		{"a missing absolute path is named", []string{"/no/such/handler"}, `"/no/such/handler" cannot be run`},
+		{"a missing name is named", []string{"no-such-agent-program-xyz"}, `"no-such-agent-program-xyz" cannot be run`},
+		{"a file that is not executable is refused", []string{plain}, "cannot be run"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := meshd.CommandHandler{Command: tc.command}.Check()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Check() = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}
