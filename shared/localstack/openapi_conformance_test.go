@@ -38,6 +38,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/localstack"
 	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 )
 
 // apiDoc is openapi.yaml loaded and validated, with a router over its paths.
@@ -367,7 +368,7 @@ func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
 	})
 
 	c := &conformance{t: t, doc: doc, base: stack.URL, seen: map[string]map[int]bool{}, codes: map[string]map[string]bool{}, samples: map[string]sample{}}
-	runScenario(t, c, reg, cfg, adminKey)
+	runScenario(t, c, reg, cfg, adminKey, stack.Env.DB)
 
 	// The health route's error answer needs a database that does not
 	// answer: the same function on a pool that is closed.
@@ -449,7 +450,7 @@ func sortedStatuses(m map[int]bool) []int {
 }
 
 // runScenario hits every route with successes and errors.
-func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg config.Config, adminKey string) {
+func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg config.Config, adminKey string, db *mysql.DB) {
 	admin := "Bearer " + adminKey
 	text := func(s string) []map[string]any { return []map[string]any{{"kind": "text", "text": s}} }
 
@@ -899,6 +900,13 @@ func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg conf
 		`"type":"message"`, `"type":"status"`, `"group_id":"ops"`)
 	holds("alice", c.do(call{Who: "alice reads her inbox", Method: "GET", Path: "/v1/inbox?after=0&limit=500", Auth: tokens["alice"], Want: 200}),
 		`"type":"message"`, `"type":"status"`, `"type":"artifact"`, `"state":"input-required"`)
+	// An event stored before the nesting caps is served as a placeholder.
+	if _, err := db.Exec("UPDATE outbox_events SET body = ? WHERE recipient = 'alice' AND seq = 1",
+		`{"message":`+strings.Repeat("[", 100)+strings.Repeat("]", 100)+`}`); err != nil {
+		t.Fatal(err)
+	}
+	holds("alice", c.do(call{Who: "alice reads an event that can no longer be served", Method: "GET", Path: "/v1/inbox?after=0&limit=1", Auth: tokens["alice"], Want: 200}),
+		`"type":"undeliverable"`, `"code":"too_deep"`)
 	c.do(call{Who: "bob long-polls past his first event", Method: "GET", Path: "/v1/inbox?after=1&limit=2&wait=1", Auth: tokens["bob"], Want: 200})
 	c.do(call{Who: "dave reads an empty inbox page", Method: "GET", Path: "/v1/inbox?after=1000", Auth: tokens["dave"], Want: 200})
 	c.do(call{Who: "bob asks for 501 events", Method: "GET", Path: "/v1/inbox?limit=501", Auth: tokens["bob"], Want: 400, Code: "invalid_query", OffSpec: true})
