@@ -72,41 +72,62 @@ const MetricUndeliverable = "InboxUndeliverable"
 // body cannot be served goes out as a mesh.EventUndeliverable placeholder
 // with its seq and event_id: one bad event never fails the page.
 func (in Inbox) Read(ctx context.Context, recipient string, after int64, limit int) ([]mesh.Envelope, error) {
-	rows, err := in.DB.QueryContext(ctx, readInboxSQL, recipient, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := []mesh.Envelope{}
 	size := 0
+	// Batches keep what is read but not served small: a page of 500 large
+	// events stops after a few MiB, and the driver discards the rest of the
+	// batch it has started, not of the whole limit.
+	for len(out) < limit {
+		batch := min(limit-len(out), inboxReadBatch)
+		got, full, err := in.readBatch(ctx, recipient, after, batch, &out, &size)
+		if err != nil || full || got < batch {
+			return out, err
+		}
+		after = out[len(out)-1].Seq
+	}
+	return out, nil
+}
+
+// inboxReadBatch is the most rows one inbox query reads.
+const inboxReadBatch = 32
+
+// readBatch appends up to n events after the cursor to out while they fit
+// the page; full reports that the page is full.
+func (in Inbox) readBatch(ctx context.Context, recipient string, after int64, n int, out *[]mesh.Envelope, size *int) (got int, full bool, err error) {
+	rows, err := in.DB.QueryContext(ctx, readInboxSQL, recipient, after, n)
+	if err != nil {
+		return 0, false, err
+	}
+	defer rows.Close()
 	for rows.Next() {
+		got++
 		e := mesh.Envelope{V: mesh.EnvelopeVersion, To: recipient}
 		var group sql.NullString
 		var body []byte
 		if err := rows.Scan(&e.Seq, &e.EventID, &e.Type, &e.From, &e.TaskID, &e.ContextID, &group,
 			&e.MessageID, &e.KeyEpoch, &body, &e.OccurredAt, &e.Delivery); err != nil {
-			return nil, err
+			return got, false, err
 		}
 		e.GroupID = group.String
 		e.Body = body
 		if code := Unservable(body); code != "" {
 			in.undeliverable(ctx, &e, code)
 		}
-		n, err := wireSize(e)
-		if err == nil && n > MaxInboxPageBytes {
+		w, err := wireSize(e)
+		if err == nil && w > MaxInboxPageBytes {
 			in.undeliverable(ctx, &e, UndeliverableTooLarge)
-			n, err = wireSize(e)
+			w, err = wireSize(e)
 		}
 		if err != nil {
-			return nil, err // a placeholder always encodes: a bug
+			return got, false, err // a placeholder always encodes: a bug
 		}
-		if len(out) > 0 && size+n+1 > MaxInboxPageBytes {
-			break
+		if len(*out) > 0 && *size+w+1 > MaxInboxPageBytes {
+			return got, true, nil
 		}
-		size += n + 1 // the comma between events
-		out = append(out, e)
+		*size += w + 1 // the comma between events
+		*out = append(*out, e)
 	}
-	return out, rows.Err()
+	return got, false, rows.Err()
 }
 
 // Unservable returns why a stored body cannot be served as is, or "".

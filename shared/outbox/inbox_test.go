@@ -128,3 +128,37 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		}
 	})
 }
+
+func TestInboxReadAcrossBatches(t *testing.T) {
+	db, _ := mysqltest.New(t)
+	withAgents(t, db, "r")
+	var evs []Event
+	for i := range 3*inboxReadBatch + 5 {
+		evs = append(evs, event("r", fmt.Sprint("m", i), fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	if err := appendIn(t, db, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		after int64
+		limit int
+		want  int
+	}{
+		{0, 500, len(evs)},
+		{0, inboxReadBatch + 1, inboxReadBatch + 1},
+		{inboxReadBatch - 1, 2 * inboxReadBatch, 2 * inboxReadBatch},
+		{int64(len(evs)) - 3, 500, 3},
+	} {
+		t.Run(fmt.Sprintf("after %d with limit %d reads %d gapless events", c.after, c.limit, c.want), func(t *testing.T) {
+			got, err := Inbox{DB: db}.Read(context.Background(), "r", c.after, c.limit)
+			if err != nil || len(got) != c.want {
+				t.Fatalf("%d events, %v", len(got), err)
+			}
+			for i, e := range got {
+				if e.Seq != c.after+int64(i)+1 {
+					t.Fatalf("event %d has seq %d", i, e.Seq)
+				}
+			}
+		})
+	}
+}
