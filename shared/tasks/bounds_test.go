@@ -348,3 +348,47 @@ func TestAGroupSendToMoreThanMaxFanoutMembersIsRefusedAndWritesNothing(t *testin
 		t.Fatalf("exactly %d recipients: %d, %d bytes", MaxFanoutMembers, r.Status, len(r.Body))
 	}
 }
+
+func TestTaskMessagesPageByCountAcrossReadBatches(t *testing.T) {
+	f := newFixture(t)
+	f.agents(t, "ann", "bob")
+	f.friends(t, "ann", "bob")
+	task := f.send(t, "ann", SendRequest{To: "bob", Parts: text("0")}).TaskID
+	const n = 2*messagesReadBatch + 7
+	for i := 1; i < n; i++ {
+		if r := f.reply(t, "ann", task, ReplyRequest{Parts: text(fmt.Sprint(i))}); r.Status != 202 {
+			t.Fatalf("reply %d: %d", i, r.Status)
+		}
+	}
+	for _, limit := range []int{1, messagesReadBatch, messagesReadBatch + 1, n, MaxMessagesLimit} {
+		t.Run(fmt.Sprintf("pages of %d read all %d messages once, in order, more until the last", limit, n), func(t *testing.T) {
+			var got []string
+			after := ""
+			for pages := 1; ; pages++ {
+				r := f.messages(t, "bob", task, after, limit)
+				var p MessagePage
+				r.decode(t, &p)
+				if r.Status != 200 || len(p.Messages) > limit || (p.More && len(p.Messages) != limit) {
+					t.Fatalf("page %d: %d, %d messages, more %v", pages, r.Status, len(p.Messages), p.More)
+				}
+				for _, m := range p.Messages {
+					var parts []mesh.Part
+					_ = json.Unmarshal(m.Parts, &parts)
+					got = append(got, parts[0].Text)
+				}
+				after = p.NextAfter
+				if !p.More {
+					break
+				}
+			}
+			for i, g := range got {
+				if g != fmt.Sprint(i) {
+					t.Fatalf("read %v", got)
+				}
+			}
+			if len(got) != n {
+				t.Fatalf("read %d of %d", len(got), n)
+			}
+		})
+	}
+}

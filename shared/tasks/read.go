@@ -302,27 +302,39 @@ func (s *Service) ListMessages(ctx context.Context, caller, taskID, after string
 	if _, err := readTask(ctx, tx, caller, taskID); err != nil {
 		return MessagePage{}, err
 	}
-	list, err := readContent(ctx, tx, s.scanMessage, pageMessagesSQL, taskID, afterID, limit+1)
-	if err != nil {
-		return MessagePage{}, err
-	}
 	p := MessagePage{Messages: []Message{}, NextAfter: after}
 	size := 0
-	for i, c := range list {
-		if i == limit || (i > 0 && size+c.size > MaxMessagePageBytes) {
-			p.More = true
-			break
+	// In batches, each with one row more than it may take (it tells whether
+	// more follow): the rows read but not served stay a few MiB.
+	for {
+		want := min(limit-len(p.Messages), messagesReadBatch) + 1
+		list, err := readContent(ctx, tx, s.scanMessage, pageMessagesSQL, taskID, afterID, want)
+		if err != nil {
+			return MessagePage{}, err
 		}
-		if c.size > MaxMessagePageBytes {
-			s.undeliverable("message", c.item.MessageID, outbox.UndeliverableTooLarge, len(c.item.Parts))
-			c.item.Parts, c.item.Undeliverable = json.RawMessage("[]"), outbox.UndeliverableTooLarge
+		for _, c := range list[:min(len(list), want-1)] {
+			if len(p.Messages) > 0 && size+c.size > MaxMessagePageBytes {
+				p.More = true
+				return p, nil
+			}
+			if c.size > MaxMessagePageBytes {
+				s.undeliverable("message", c.item.MessageID, outbox.UndeliverableTooLarge, len(c.item.Parts))
+				c.item.Parts, c.item.Undeliverable = json.RawMessage("[]"), outbox.UndeliverableTooLarge
+				c.size = 0 // the page ends after it anyway; the placeholder is small
+			}
+			size += c.size
+			p.Messages = append(p.Messages, c.item)
+			p.NextAfter, afterID = encodeMessageCursor(c.id), c.id
 		}
-		size += c.size
-		p.Messages = append(p.Messages, c.item)
-		p.NextAfter = encodeMessageCursor(c.id)
+		if len(list) < want || len(p.Messages) == limit {
+			p.More = len(list) == want
+			return p, nil
+		}
 	}
-	return p, nil
 }
+
+// messagesReadBatch is the most messages one query of the page route reads.
+const messagesReadBatch = 16
 
 // Message cursors are opaque to clients: base64url of "m1|<row id>". Row ids
 // of one task grow in the order its messages commit: every write locks the
