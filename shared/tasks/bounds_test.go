@@ -243,15 +243,19 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 		}
 		want = append(want, id)
 	}
+	largest := map[string]int{}
 	fits := func(t *testing.T, what string, r response) {
 		t.Helper()
 		if r.Status != 200 {
 			t.Fatalf("%s: %d %.300s", what, r.Status, r.Body)
 		}
-		if p := lambdaPayload(t, r); p > jsonlimit.LambdaResponseBytes {
+		p := lambdaPayload(t, r)
+		if p > jsonlimit.LambdaResponseBytes {
 			t.Fatalf("%s: the Lambda response takes %d bytes, over 6 MB", what, p)
 		}
+		largest[what] = max(largest[what], p)
 	}
+	defer func() { t.Logf("largest Lambda responses: %v", largest) }()
 
 	t.Run("the task answers its newest messages and counts the earlier ones", func(t *testing.T) {
 		r := f.getTask(t, "bob", first.TaskID)
@@ -287,6 +291,7 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 		if pages < 2 {
 			t.Fatalf("%d pages: the byte bound never cut one", pages)
 		}
+		t.Logf("%d messages in %d pages", len(got), pages)
 	})
 	t.Run("the inbox pages through all 40 events with an exact cursor, each page within Lambda's limit", func(t *testing.T) {
 		var seqs []int64
@@ -299,6 +304,7 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 				if pages < 2 {
 					t.Fatalf("%d pages: the byte bound never cut one", pages)
 				}
+				t.Logf("%d events in %d pages", len(seqs), pages)
 				break
 			}
 			for _, e := range p.Events {
