@@ -47,6 +47,11 @@ func (d *demo) exchange(ctx context.Context, creds *demoCreds, cleanups *[]func(
 	var mu sync.Mutex
 	gotReply := make(chan struct{})
 	var once sync.Once
+	// What bob's handler did with each task, so a failed exchange names
+	// its cause: not delivered, or delivered and the reply failed.
+	bobSaw := map[string]error{}
+	var bobLastFail string           // the latest failure, whatever the task
+	bobGaveUp := make(chan error, 1) // a permanent failure on the sent task
 	bobHandler := meshd.HandlerFunc(func(ctx context.Context, env mesh.Envelope) error {
 		if env.Type != mesh.EventMessage {
 			return nil
@@ -60,7 +65,22 @@ func (d *demo) exchange(ctx context.Context, creds *demoCreds, cleanups *[]func(
 			Parts:     []mesh.Part{{Kind: "text", Text: reply}},
 			MessageID: "reply-" + env.EventID,
 		})
+		mu.Lock()
+		bobSaw[env.TaskID] = err
 		if err != nil {
+			bobLastFail = fmt.Sprintf("seq %d (task %s): %v", env.Seq, env.TaskID, err)
+		}
+		ours := env.TaskID == sentTask
+		mu.Unlock()
+		if err != nil {
+			if meshd.IsPermanent(err) && ours {
+				// meshd parks the event and moves on; the exchange cannot
+				// complete, so say why now rather than at the timeout.
+				select {
+				case bobGaveUp <- err:
+				default:
+				}
+			}
 			return err
 		}
 		d.say("      bob's handler  → POST /v1/tasks/%s/messages: %q", env.TaskID, reply)
@@ -138,8 +158,23 @@ func (d *demo) exchange(ctx context.Context, creds *demoCreds, cleanups *[]func(
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case err := <-bobGaveUp:
+		return fmt.Errorf("bob's reply to task %s failed for good (his meshd parked the event and moved on): %w", res.TaskID, err)
 	case <-time.After(exchangeTimeout):
-		return fmt.Errorf("no reply within %v; see the log", exchangeTimeout)
+		mu.Lock()
+		herr, saw := bobSaw[res.TaskID]
+		lastFail := bobLastFail
+		mu.Unlock()
+		switch {
+		case !saw && lastFail != "":
+			return fmt.Errorf("no reply within %v: bob's meshd has not reached task %s; his handler last failed on %s", exchangeTimeout, res.TaskID, lastFail)
+		case !saw:
+			return fmt.Errorf("no reply within %v: bob's meshd never received task %s (is the dispatcher publishing? see the log)", exchangeTimeout, res.TaskID)
+		case herr != nil:
+			return fmt.Errorf("no reply within %v: bob's handler got task %s but his reply keeps failing: %w", exchangeTimeout, res.TaskID, herr)
+		default:
+			return fmt.Errorf("no reply within %v: bob replied in task %s but alice's meshd has not received the reply (see the log)", exchangeTimeout, res.TaskID)
+		}
 	}
 }
 
