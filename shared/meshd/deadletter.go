@@ -199,15 +199,18 @@ func RetryDeadLetter(ctx context.Context, cfg RetryConfig, seq int64) error {
 			return err
 		}
 	}
-	dl, err := LoadDeadLetter(cfg.StateDir, cfg.AgentID, seq)
-	if err != nil {
-		return err
+	if _, err := LoadDeadLetter(cfg.StateDir, cfg.AgentID, seq); err != nil {
+		return err // before the lock: "not parked" beats "meshd is running"
 	}
 	unlock, err := lockState(cfg.StateDir, cfg.AgentID)
 	if err != nil {
 		return fmt.Errorf("%w; stop it before retrying a parked event", err)
 	}
 	defer unlock()
+	dl, err := LoadDeadLetter(cfg.StateDir, cfg.AgentID, seq) // as of now, under the lock
+	if err != nil {
+		return err
+	}
 	env := dl.Event
 	if env.Type == mesh.EventUndeliverable {
 		if cfg.API == nil {

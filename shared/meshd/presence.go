@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/meshclient"
 )
 
 // heartbeatCallTimeout bounds one heartbeat. A heartbeat in flight is never
@@ -12,16 +14,10 @@ import (
 const heartbeatCallTimeout = 10 * time.Second
 
 // heartbeat sends one heartbeat, bounded and not canceled by ctx.
-func (r *runner) heartbeat(ctx context.Context, stats map[string]any) (res heartbeatResult, err error) {
+func (r *runner) heartbeat(ctx context.Context, stats map[string]any) (meshclient.HeartbeatResult, error) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), heartbeatCallTimeout)
 	defer cancel()
-	out, err := r.cfg.API.Heartbeat(hctx, r.cfg.InstanceID, stats)
-	return heartbeatResult{LastSeq: out.LastSeq, KeyEpoch: out.KeyEpoch}, err
-}
-
-type heartbeatResult struct {
-	LastSeq  int64
-	KeyEpoch int
+	return r.cfg.API.Heartbeat(hctx, r.cfg.InstanceID, stats)
 }
 
 // firstHeartbeat announces the agent before delivery starts and checks the

@@ -291,10 +291,12 @@ func (r *runner) deliverLoop(ctx context.Context, tok meshclient.Token) error {
 			return err
 		}
 		var back <-chan struct{}
+		probeCtx, stopProbe := context.WithCancel(ctx)
 		if r.cfg.Mode == ModeAuto && target != nil {
-			back = r.probeUntilReachable(ctx, target)
+			back = r.probeUntilReachable(probeCtx, target)
 		}
 		err := r.pollLoop(ctx, back)
+		stopProbe()
 		if !errors.Is(err, errKafkaBack) {
 			return err
 		}
