@@ -271,6 +271,9 @@ func commandHandler(command []string, getenv func(string) string, stdout, stderr
 		if line == "" {
 			return meshd.CommandHandler{}, errors.New(`MESH_HANDLER is not set: give the command to run for each event, e.g. MESH_HANDLER='cat >> inbox.jsonl' or meshd run -- cat`)
 		}
+		if err := meshd.CheckShellLine(line); err != nil {
+			return meshd.CommandHandler{}, fmt.Errorf("MESH_HANDLER: %s", strings.TrimPrefix(err.Error(), "meshd: "))
+		}
 		command = []string{"sh", "-c", line}
 	}
 	timeout := 30 * time.Minute

@@ -116,6 +116,8 @@ func TestCLI(t *testing.T) {
 			wantCode: 65, wantStderr: []string{"403 not_reachable: you may only talk to friends and group mates"}},
 		{name: "run with a handler that does not exist fails at once naming it", args: []string{"run", "--", "/no/such/handler"}, env: base,
 			wantCode: 1, wantStderr: []string{`handler command "/no/such/handler" cannot be run`}},
+		{name: "run with a MESH_HANDLER line whose program does not exist fails at once naming it", args: []string{"run"}, env: with(map[string]string{"MESH_HANDLER": "no-such-agent-xyz --flag | tee out"}),
+			wantCode: 1, wantStderr: []string{`MESH_HANDLER: handler command "no-such-agent-xyz" cannot be run`}},
 		{name: "run with bad attempts is one clear line", args: []string{"run", "--", "cat"}, env: with(map[string]string{"MESH_HANDLER_ATTEMPTS": "0"}),
 			wantCode: 1, wantStderr: []string{"MESH_HANDLER_ATTEMPTS must be a whole number"}},
 		{name: "deadletters with no state lists nothing", args: []string{"deadletters"}, env: with(map[string]string{"MESH_STATE_DIR": "/nonexistent-meshd-state"})},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +85,32 @@ func (h CommandHandler) Check() error {
 		return fmt.Errorf("meshd: handler command %q cannot be run: %w", h.Command[0], errors.Unwrap(err))
 	}
 	return nil
+}
+
+// shellWord is a first word that names a program (no quoting, expansion
+// or redirection), the only kind CheckShellLine looks up.
+var shellWord = regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`)
+
+// shellBuiltins are first words a shell runs itself.
+var shellBuiltins = map[string]bool{
+	".": true, "alias": true, "case": true, "cd": true, "command": true, "eval": true, "exec": true, "exit": true,
+	"export": true, "for": true, "if": true, "read": true, "set": true, "source": true, "trap": true, "umask": true,
+	"ulimit": true, "unset": true, "until": true, "wait": true, "while": true,
+}
+
+// CheckShellLine reports a handler command line (MESH_HANDLER, run with
+// sh -c) whose first word is a program that cannot be found: the shell
+// would exit 127 for every event and each would be parked. Lines that start
+// with shell syntax, a builtin or an assignment are not checked.
+func CheckShellLine(line string) error {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return errors.New("meshd: the handler command line is empty")
+	}
+	if !shellWord.MatchString(f[0]) || shellBuiltins[f[0]] {
+		return nil
+	}
+	return CommandHandler{Command: f[:1]}.Check()
 }
 
 // Handle runs the command for env.

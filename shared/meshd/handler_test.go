@@ -116,3 +116,24 @@ func TestCommandHandlerCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckShellLine(t *testing.T) {
+	cases := []struct {
+		name, line, wantErr string
+	}{
+		{"a program on PATH passes", "cat >> inbox.jsonl", ""},
+		{"a missing program is named", "no-such-agent-xyz --model big", `"no-such-agent-xyz" cannot be run`},
+		{"a builtin is not looked up", "exec cat", ""},
+		{"an assignment is not looked up", "FOO=1 cat", ""},
+		{"a quoted or expanded word is not looked up", `"$AGENT" run`, ""},
+		{"an empty line is refused", "  ", "empty"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := meshd.CheckShellLine(tc.line)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("CheckShellLine(%q) = %v, want %q", tc.line, err, tc.wantErr)
+			}
+		})
+	}
+}
