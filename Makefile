@@ -5,7 +5,7 @@ GO ?= go
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-.PHONY: run test bench vet fmt lint build invoke services-up services-down clean
+.PHONY: run test bench vet fmt lint fuzz build invoke services-up services-down clean
 
 ## run: the whole mesh locally (MariaDB, embedded Kafka, every route and schedule of template.yaml, demo agents)
 run:
@@ -13,18 +13,23 @@ run:
 	@$(GO) build -o .local/bin/meshlocal ./cmd/meshlocal
 	@.local/bin/meshlocal
 
-## test: start MariaDB + Kafka, go vet, all tests, template lint; stops what it started
+## test: start MariaDB + Kafka, go vet, all tests, API fuzz (schemathesis), template lint; stops what it started
 test:
 	@infra/with-services.sh bash -c '\
 	  set -e; \
 	  echo "==> go vet"; $(GO) vet ./...; \
 	  echo "==> gofmt"; test -z "$$(gofmt -l $$(git ls-files "*.go") | tee /dev/stderr)"; \
-	  echo "==> go test"; $(GO) test -count=1 -timeout 20m ./...'
+	  echo "==> go test"; $(GO) test -count=1 -timeout 20m ./...; \
+	  echo "==> schemathesis (openapi.yaml against the local stack)"; infra/fuzz-api.sh'
 	@infra/lint-template.sh
 
 ## lint: template.yaml through cfn-lint and sam validate --lint (pip, into .local/venv)
 lint:
 	@infra/lint-template.sh
+
+## fuzz: schemathesis over openapi.yaml against a private local stack (pip, into .local/venv; needs MariaDB)
+fuzz:
+	@infra/with-services.sh infra/fuzz-api.sh
 
 ## bench: speed and memory targets
 bench:

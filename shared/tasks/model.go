@@ -289,8 +289,10 @@ func checkName(name string, required bool) error {
 	switch {
 	case name == "" && required:
 		return partProblem("a file part needs a name")
-	case len(name) > 255 || strings.ContainsAny(name, "/\\\x00"):
-		return partProblem("name must be a file name of at most 255 bytes, without slashes")
+	// Characters, as openapi.yaml's maxLength counts them (the name is
+	// stored inside the parts' JSON, which the message size bounds).
+	case utf8.RuneCountInString(name) > 255 || strings.ContainsAny(name, "/\\\x00"):
+		return partProblem("name must be a file name of at most 255 characters, without slashes")
 	}
 	return nil
 }

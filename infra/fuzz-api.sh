@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# infra/fuzz-api.sh — fuzzes the HTTP API with schemathesis (a third-party
+# property-based API fuzzer) against a private local stack: a fresh database
+# on the MariaDB of infra/mariadb.sh (or MYSQL_DSN), embedded Kafka, a free
+# port and a private state directory, so it never meets a running `make run`.
+# Fails on any 5xx, any status, body, Content-Type or header that openapi.yaml
+# does not document, and any request openapi.yaml calls valid that the server
+# refuses as malformed. `make test` runs it after the Go tests.
+#
+# schemathesis and PyMySQL are installed with pip into .local/venv (once;
+# later runs reuse them). Settings: infra/schemathesis.toml;
+# MESH_FUZZ_EXAMPLES (examples per operation, default 30), MESH_FUZZ_SEED (1).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE="${MESH_STATE_DIR:-$ROOT/.local}"
+VENV="$STATE/venv"
+# Pinned so a new release cannot turn CI red overnight (4.x changed the CLI
+# and the config file from 3.x).
+SCHEMATHESIS_VERSION="4.32.5"
+PYMYSQL_VERSION="1.2.4"
+STAMP="$VENV/.installed-schemathesis-$SCHEMATHESIS_VERSION-pymysql-$PYMYSQL_VERSION"
+
+command -v python3 >/dev/null || { echo "python3 not found: install python3 and python3-venv" >&2; exit 1; }
+
+mkdir -p "$STATE"
+if [[ ! -f $STAMP ]]; then
+  echo "fuzz: installing schemathesis $SCHEMATHESIS_VERSION and PyMySQL $PYMYSQL_VERSION into $VENV (first run only)…"
+  # The venv is shared with infra/lint-template.sh (aws-sam-cli); adding to
+  # it changes none of SAM's pinned packages.
+  if [[ ! -x $VENV/bin/python ]]; then
+    python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
+  fi
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
+    "schemathesis==$SCHEMATHESIS_VERSION" "PyMySQL==$PYMYSQL_VERSION" >"$STATE/venv-fuzz-install.log" 2>&1 \
+    || { echo "pip install failed; see $STATE/venv-fuzz-install.log" >&2; exit 1; }
+  touch "$STAMP"
+fi
+
+DSN="${MYSQL_DSN:-}"
+if [[ -z $DSN ]]; then
+  DSN="$("$ROOT/infra/mariadb.sh" dsn)" || { echo "fuzz: no MYSQL_DSN and infra/mariadb.sh dsn failed; run infra/mariadb.sh up" >&2; exit 1; }
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/mesh-fuzz-bin.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+echo "fuzz: building meshlocal"
+(cd "$ROOT" && go build -o "$WORK/meshlocal" ./cmd/meshlocal)
+
+mkdir -p "$STATE/fuzz"
+"$VENV/bin/python" "$ROOT/infra/fuzz-api.py" --root "$ROOT" --meshlocal "$WORK/meshlocal" --dsn "$DSN" \
+  --examples "${MESH_FUZZ_EXAMPLES:-30}" --seed "${MESH_FUZZ_SEED:-1}" --log "$STATE/fuzz/schemathesis.log"
