@@ -526,24 +526,18 @@ func checkBody(body []byte) error {
 	return nil
 }
 
-// record builds the Kafka record: key = recipient, value = envelope with the
-// body sealed for the recipient's key epoch.
+// record builds the Kafka record of envelope v2: key = the recipient's
+// opaque routing id, value = {v, key_epoch, sealed} with the whole event
+// (ids, trace id, body) sealed and padded to a size bucket, and no headers:
+// the shared topic names nobody.
 func (d *Dispatcher) record(r row) (*kgo.Record, error) {
 	env := r.env
-	sealed, err := d.Sealer.Seal(env.To, env.KeyEpoch, r.body, seal.AAD(env))
+	env.Body, env.TraceID = r.body, r.traceID
+	key, value, err := d.Sealer.SealEvent(env)
 	if err != nil {
 		return nil, err
 	}
-	env.Sealed = sealed
-	value, err := json.Marshal(env)
-	if err != nil {
-		return nil, err
-	}
-	headers := []kgo.RecordHeader{{Key: "type", Value: []byte(env.Type)}, {Key: "message_id", Value: []byte(env.MessageID)}}
-	if r.traceID != "" {
-		headers = append(headers, kgo.RecordHeader{Key: "trace_id", Value: []byte(r.traceID)})
-	}
-	return &kgo.Record{Topic: d.Topic, Key: []byte(env.To), Value: value, Headers: headers}, nil
+	return &kgo.Record{Topic: d.Topic, Key: key, Value: value}, nil
 }
 
 // unreachable reports whether a publish error means Kafka could not be

@@ -88,6 +88,7 @@ func (f *dispFixture) dispatcher(p dispatch.Publisher, sink *metrics.Sink) *disp
 func (f *dispFixture) agents(t *testing.T, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
+		recipients.Store(f.sealer.RoutingID(id), recipient{id, f.sealer})
 		if _, err := f.db.Exec("INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", id, id, f.now); err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +96,39 @@ func (f *dispFixture) agents(t *testing.T, ids ...string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// recipients maps the routing ids of the agents the fixtures created to
+// those agents (routing ids come from each fixture's random master key, so
+// fixtures never collide).
+var recipients sync.Map // routing id -> recipient
+
+type recipient struct {
+	id     string
+	sealer *seal.Sealer
+}
+
+// decode opens a record of the topic as its recipient would (with its key
+// of the record's epoch), after checking that the record shows nothing in
+// clear: no headers, and a value of exactly {v, key_epoch, sealed}.
+func decode(rec *kgo.Record) (mesh.Envelope, error) {
+	r, ok := recipients.Load(string(rec.Key))
+	if !ok {
+		return mesh.Envelope{}, fmt.Errorf("record key %q is no routing id of a known agent", rec.Key)
+	}
+	if len(rec.Headers) > 0 {
+		return mesh.Envelope{}, fmt.Errorf("record carries headers %v", rec.Headers)
+	}
+	var v seal.Record
+	if err := json.Unmarshal(rec.Value, &v); err != nil {
+		return mesh.Envelope{}, err
+	}
+	to := r.(recipient)
+	env, err := seal.OpenEvent(map[int][]byte{v.KeyEpoch: to.sealer.AgentKey(to.id, v.KeyEpoch)}, string(rec.Key), rec.Value)
+	if err == nil && env.To != to.id {
+		err = fmt.Errorf("record under %s's routing id holds an event for %q", to.id, env.To)
+	}
+	return env, err
 }
 
 // send appends one message event per recipient in its own transaction.
@@ -171,21 +205,15 @@ func (f *dispFixture) seqsOnKafka(t *testing.T, partitions int32, want int) map[
 	// Records of one partition come in offset order; recipients never span partitions.
 	{
 		for _, r := range recs {
-			var env mesh.Envelope
-			if err := json.Unmarshal(r.Value, &env); err != nil {
-				t.Fatalf("record value is not an envelope: %v", err)
-			}
-			if string(r.Key) != env.To {
-				t.Fatalf("record key %q != envelope to %q", r.Key, env.To)
-			}
-			if got := kafka.PartitionFor(env.To, int(partitions)); got != r.Partition {
-				t.Fatalf("record for %s on partition %d, murmur2 says %d", env.To, r.Partition, got)
-			}
-			if env.Body != nil || env.Sealed == "" {
-				t.Fatalf("body must travel sealed only: %s", r.Value)
-			}
-			if _, err := seal.Open(f.sealer.AgentKey(env.To, env.KeyEpoch), env.Sealed, seal.AAD(env)); err != nil {
+			env, err := decode(r)
+			if err != nil {
 				t.Fatalf("recipient cannot open its event: %v", err)
+			}
+			if string(r.Key) != f.sealer.RoutingID(env.To) {
+				t.Fatalf("record key %q is not the routing id of %q", r.Key, env.To)
+			}
+			if got := kafka.PartitionFor(string(r.Key), int(partitions)); got != r.Partition {
+				t.Fatalf("record for %s on partition %d, murmur2 of its routing id says %d", env.To, r.Partition, got)
 			}
 			out[env.To] = append(out[env.To], env.Seq)
 		}
@@ -230,17 +258,15 @@ func TestDispatcher(t *testing.T) {
 		if len(recs) != 1 {
 			t.Fatalf("want 1 record, got %d", len(recs))
 		}
-		var env mesh.Envelope
-		_ = json.Unmarshal(recs[0].Value, &env)
-		if _, err := seal.Open(f.sealer.AgentKey("alice", env.KeyEpoch), env.Sealed, seal.AAD(env)); err == nil {
-			t.Fatal("alice opened bob's event")
+		var v seal.Record
+		if err := json.Unmarshal(recs[0].Value, &v); err != nil {
+			t.Fatal(err)
 		}
-		hdr := map[string]string{}
-		for _, h := range recs[0].Headers {
-			hdr[h.Key] = string(h.Value)
+		if env, err := seal.OpenEvent(map[int][]byte{v.KeyEpoch: f.sealer.AgentKey("alice", v.KeyEpoch)}, string(recs[0].Key), recs[0].Value); err == nil {
+			t.Fatalf("alice opened bob's event: %+v", env)
 		}
-		if hdr["type"] != "message" || hdr["message_id"] != env.MessageID {
-			t.Fatalf("headers %v do not carry type and message_id", hdr)
+		if env, err := decode(recs[0]); err != nil || env.To != "bob" {
+			t.Fatalf("bob cannot open his event: %+v, %v", env, err)
 		}
 	})
 
@@ -432,8 +458,7 @@ func (p *faultPublisher) Publish(ctx context.Context, recs []*kgo.Record) []erro
 		p.byTo = map[string]int{}
 	}
 	for i, r := range recs {
-		var env mesh.Envelope
-		_ = json.Unmarshal(r.Value, &env)
+		env, _ := decode(r)
 		p.byTo[env.To]++
 		if p.fail != nil && p.fail(env) {
 			errs[i] = fmt.Errorf("injected failure for %s seq %d", env.To, env.Seq)

@@ -105,6 +105,16 @@ func (p *privateService) signal(pidFile string, sig syscall.Signal) {
 	if err := syscall.Kill(pid, sig); err != nil {
 		p.t.Fatal(err)
 	}
+	// Wait until the process is in the state the signal puts it in.
+	stopped := sig == syscall.SIGSTOP
+	if !waitUntil(5*time.Second, func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Field 3 of /proc/PID/stat is the state; T is stopped.
+		f := strings.Fields(string(st))
+		return err == nil && len(f) > 2 && (f[2] == "T") == stopped
+	}) {
+		p.t.Fatalf("pid %d did not take %v", pid, sig)
+	}
 }
 
 func (p *privateService) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
