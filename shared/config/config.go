@@ -40,6 +40,9 @@ type Config struct {
 	MaxMessageBytes int
 	TaskIdleTimeout time.Duration
 	OutboxRetention time.Duration
+	// MaxLongPolls caps the concurrent long polls of GET /v1/inbox per
+	// agent (MESH_MAX_LONG_POLLS, default 2).
+	MaxLongPolls int
 }
 
 // Getenv is the lookup Load uses; tests pass a map.
@@ -62,6 +65,7 @@ func Load(getenv Getenv) (Config, error) {
 		TaskIdleTimeout: 24 * time.Hour,
 		OutboxRetention: 7 * 24 * time.Hour,
 		KafkaPartitions: 12,
+		MaxLongPolls:    2,
 	}
 	c.KafkaPublicBrokers = splitList(getenv("KAFKA_PUBLIC_BROKERS"))
 	if len(c.KafkaPublicBrokers) == 0 {
@@ -77,6 +81,9 @@ func Load(getenv Getenv) (Config, error) {
 		}
 	}
 	if c.MaxMessageBytes, err = intVar(getenv, "MESH_MAX_MESSAGE_BYTES", c.MaxMessageBytes); err != nil {
+		return c, err
+	}
+	if c.MaxLongPolls, err = intVar(getenv, "MESH_MAX_LONG_POLLS", c.MaxLongPolls); err != nil {
 		return c, err
 	}
 	if c.KafkaPartitions, err = intVar(getenv, "KAFKA_PARTITIONS", c.KafkaPartitions); err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -185,8 +186,8 @@ func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
 			return problem(log, ev, err), nil
 		}
 		req.body = body
-		if jsonlimit.Exceeds(body, MaxBodyDepth) {
-			return problem(log, ev, mesh.Errorf(mesh.KindInvalid, "too_deep", "request body nests deeper than %d levels", MaxBodyDepth)), nil
+		if err := checkBody(ev, body); err != nil {
+			return problem(log, ev, err), nil
 		}
 		if req.Caller, err = authenticate(ctx, auth, ep.Auth, ev); err != nil {
 			return problem(log, ev, err), nil
@@ -214,6 +215,43 @@ func readBody(ev events.APIGatewayV2HTTPRequest) ([]byte, error) {
 		return nil, tooLarge()
 	}
 	return body, nil
+}
+
+// checkBody refuses, before any decoding and on every route, a body that
+// is not declared as JSON or that no handler should ever see: nested past
+// MaxBodyDepth, or with an object that repeats a key (encoding/json would
+// let the last one win, so {"to":"nobody","to":"bob"} would reach bob while
+// a proxy or log reading the first saw "nobody"). One pass over the bytes.
+func checkBody(ev events.APIGatewayV2HTTPRequest, body []byte) error {
+	if len(body) == 0 {
+		return nil
+	}
+	if ct := header(ev.Headers, "Content-Type"); !IsJSONMediaType(ct) {
+		if ct == "" {
+			ct = "none"
+		}
+		return mesh.Errorf(mesh.KindUnsupportedMedia, "unsupported_media_type", "a request body must be sent as Content-Type: application/json (got %.100q)", ct)
+	}
+	c := jsonlimit.Strict(body, MaxBodyDepth)
+	switch {
+	case c.Depth > MaxBodyDepth:
+		return mesh.Errorf(mesh.KindInvalid, "too_deep", "request body nests deeper than %d levels", MaxBodyDepth)
+	case c.Duplicate:
+		return mesh.Errorf(mesh.KindInvalid, "duplicate_key", "an object of the request body repeats the key %.100q", c.DuplicateKey)
+	}
+	return nil
+}
+
+// IsJSONMediaType reports whether a Content-Type header names JSON as the
+// mesh reads it: application/json, with parameters allowed as long as a
+// charset, if any, is UTF-8 (the only encoding the mesh decodes).
+func IsJSONMediaType(ct string) bool {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
 }
 
 func tooLarge() error {
@@ -288,6 +326,8 @@ func StatusOf(k mesh.Kind) int {
 		return http.StatusTooManyRequests
 	case mesh.KindUnavailable:
 		return http.StatusServiceUnavailable
+	case mesh.KindUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
 	}
 	return http.StatusInternalServerError
 }

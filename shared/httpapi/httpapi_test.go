@@ -29,6 +29,12 @@ func (noAuth) AuthenticateAdmin(context.Context, string) error { return nil }
 // (out, err), and returns the answer and what was logged.
 func serve(t *testing.T, body string, out Response, err error) (events.APIGatewayV2HTTPResponse, string, bool) {
 	t.Helper()
+	return serveAs(t, "application/json", body, out, err)
+}
+
+// serveAs is serve with the request's Content-Type ("" sends none).
+func serveAs(t *testing.T, contentType, body string, out Response, err error) (events.APIGatewayV2HTTPResponse, string, bool) {
+	t.Helper()
 	var logs testenv.Buffer
 	called := false
 	ep := Endpoint{Auth: AuthAgent, Handle: func(context.Context, *Request) (Response, error) {
@@ -38,6 +44,9 @@ func serve(t *testing.T, body string, out Response, err error) (events.APIGatewa
 	ev := events.APIGatewayV2HTTPRequest{RouteKey: "POST /v1/x", Body: body,
 		Headers:        map[string]string{"authorization": "Bearer x"},
 		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "req-42"}}
+	if contentType != "" {
+		ev.Headers["content-type"] = contentType
+	}
 	resp, lerr := Lambda(noAuth{}, slog.New(slog.NewJSONHandler(&logs, nil)), ep)(context.Background(), ev)
 	if lerr != nil {
 		t.Fatal(lerr)
@@ -105,6 +114,57 @@ func TestEvery5xxIsLoggedWithItsRequestID(t *testing.T) {
 			}
 			if len(resp.Body) > 4096 {
 				t.Fatalf("the problem document is %d bytes", len(resp.Body))
+			}
+		})
+	}
+}
+
+func TestBodiesRepeatingAKeyAreRefusedBeforeTheHandlerRuns(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		want       int
+	}{
+		{"a recipient given twice", `{"to":"nobody","to":"bob"}`, 400},
+		{"a recipient given twice, once escaped", `{"to":"nobody","\u0074o":"bob"}`, 400},
+		{"a key repeated inside a data part", `{"to":"bob","parts":[{"kind":"data","data":{"a":{"x":1,"x":2}}}]}`, 400},
+		{"a key repeated in a status note", `{"status":"completed","message":{"parts":[{"kind":"text","kind":"data"}]}}`, 400},
+		{"equal keys in sibling objects", `{"parts":[{"kind":"text"},{"kind":"text"}]}`, 200},
+	} {
+		t.Run(fmt.Sprintf("a body with %s answers %d", c.name, c.want), func(t *testing.T) {
+			resp, _, called := serve(t, c.body, JSON(200, map[string]int{}), nil)
+			if resp.StatusCode != c.want || called != (c.want == 200) {
+				t.Fatalf("got %d %s (handler ran: %v)", resp.StatusCode, resp.Body, called)
+			}
+			if c.want == 400 && code(t, resp) != "duplicate_key" {
+				t.Fatalf("got %s, want duplicate_key", resp.Body)
+			}
+		})
+	}
+}
+
+func TestBodiesMustBeSentAsJSON(t *testing.T) {
+	for _, c := range []struct {
+		name, contentType, body string
+		want                    int
+	}{
+		{"application/json", "application/json", `{}`, 200},
+		{"application/json with charset=utf-8", "application/json; charset=utf-8", `{}`, 200},
+		{"Application/JSON in capitals", "Application/JSON; Charset=UTF-8", `{}`, 200},
+		{"no body and no Content-Type", "", ``, 200},
+		{"no Content-Type", "", `{}`, 415},
+		{"text/plain", "text/plain", `{}`, 415},
+		{"application/problem+json", "application/problem+json", `{}`, 415},
+		{"application/x-www-form-urlencoded", "application/x-www-form-urlencoded", `to=bob`, 415},
+		{"application/json in latin-1", "application/json; charset=iso-8859-1", `{}`, 415},
+		{"a malformed Content-Type", "application/json; charset", `{}`, 415},
+	} {
+		t.Run(fmt.Sprintf("a body sent as %s answers %d", c.name, c.want), func(t *testing.T) {
+			resp, _, called := serveAs(t, c.contentType, c.body, JSON(200, map[string]int{}), nil)
+			if resp.StatusCode != c.want || called != (c.want == 200) {
+				t.Fatalf("got %d %s (handler ran: %v)", resp.StatusCode, resp.Body, called)
+			}
+			if c.want == 415 && (code(t, resp) != "unsupported_media_type" || resp.Headers["Content-Type"] != "application/problem+json") {
+				t.Fatalf("got %v %s", resp.Headers, resp.Body)
 			}
 		})
 	}

@@ -22,11 +22,28 @@ const (
 // UPDATE. Inside a write transaction it adds no commit of its own, and a 429
 // rolls the whole transaction back.
 func TakeRate(ctx context.Context, q Querier, agentID string, now time.Time) error {
+	return TakeRateN(ctx, q, agentID, now, 1, 0)
+}
+
+// TakeRateN makes one request cost total units of agentID's budget, of which
+// the same transaction already spent spent (a write takes its first unit
+// before it knows its cost; a group send then costs one unit per
+// recipient). It is all or nothing: the 429 rolls the transaction back,
+// spent units included. A cost above the burst can never fit the bucket, so
+// it passes only when the bucket was full before the request, leaving the
+// agent in debt: no further request passes until the cost has refilled
+// (total/RatePerSecond seconds).
+func TakeRateN(ctx context.Context, q Querier, agentID string, now time.Time, total, spent int) error {
 	const interval = int64(time.Second/time.Microsecond) / RatePerSecond
 	const tolerance = interval * RateBurst
+	if total <= spent {
+		return nil
+	}
+	more, before := interval*int64(total-spent), interval*int64(spent)
 	nowUS := now.UnixMicro()
 	res, err := q.ExecContext(ctx, `UPDATE rate_limits SET tat_us = GREATEST(tat_us, ?) + ?
-WHERE agent_id = ? AND GREATEST(tat_us, ?) + ? - ? <= ?`, nowUS, interval, agentID, nowUS, interval, nowUS, tolerance)
+WHERE agent_id = ? AND (GREATEST(tat_us, ?) + ? - ? <= ? OR tat_us - ? <= ?)`,
+		nowUS, more, agentID, nowUS, more, nowUS, tolerance, before, nowUS)
 	if err != nil {
 		return err
 	}
@@ -40,11 +57,18 @@ WHERE agent_id = ? AND GREATEST(tat_us, ?) + ? - ? <= ?`, nowUS, interval, agent
 		}
 		return err
 	}
-	waitUS := tat + interval - tolerance - nowUS
+	// The request fits once the bucket (as it was before the request) has
+	// drained enough for its whole cost or, for a cost above the burst,
+	// once it is full.
+	tat0 := tat - before
+	waitUS := min(tat0+interval*int64(total)-tolerance, tat0) - nowUS
 	retry := int((waitUS + 999_999) / 1_000_000)
 	if retry < 1 {
 		retry = 1
 	}
-	return &mesh.Error{Kind: mesh.KindRateLimited, Code: "rate_limited",
-		Message: fmt.Sprintf("more than %d requests/s (burst %d)", RatePerSecond, RateBurst), RetryAfter: retry}
+	msg := fmt.Sprintf("more than %d requests/s (burst %d)", RatePerSecond, RateBurst)
+	if total > 1 {
+		msg = fmt.Sprintf("this request costs %d units (one per recipient); the budget is %d/s with a burst of %d", total, RatePerSecond, RateBurst)
+	}
+	return &mesh.Error{Kind: mesh.KindRateLimited, Code: "rate_limited", Message: msg, RetryAfter: retry}
 }

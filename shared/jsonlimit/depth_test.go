@@ -50,3 +50,40 @@ func TestWireSizeBoundsTheEscapedString(t *testing.T) {
 		})
 	}
 }
+
+func TestStrictFindsRepeatedKeysAtEveryDepth(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   string
+		dup  bool
+		key  string
+	}{
+		{"a top-level key given twice is found", `{"to":"nobody","to":"bob"}`, true, "to"},
+		{"an escaped spelling of the same key is found", `{"to":"nobody","\u0074o":"bob"}`, true, "to"},
+		{"a repeat three objects down is found", `{"parts":[{"kind":"data","data":{"x":{"k":1,"k":2}}}]}`, true, "k"},
+		{"a repeat after a nested value is found", `{"a":{"b":1},"c":[1,"a"],"a":2}`, true, "a"},
+		{"a repeat among many keys is found", `{"a":1,"b":2,"c":3,"d":4,"b":5}`, true, "b"},
+		{"an empty key given twice is found", `{"":1,"":2}`, true, ""},
+		{"equal keys in sibling objects are fine", `[{"a":1},{"a":2}]`, false, ""},
+		{"a key equal to a value is fine", `{"a":"b","b":"a"}`, false, ""},
+		{"keys differing in case are distinct", `{"data":{"k":1,"K":2}}`, false, ""},
+		{"a key inside a string is not a key", `{"a":"{\"a\":1,\"a\":2}"}`, false, ""},
+		{"an escaped quote does not end a key", `{"a\"":1,"a":2}`, false, ""},
+		{"a repeat in an inner object does not leak out", `{"a":{"b":1},"b":2}`, false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Strict([]byte(c.in), 40)
+			if got.Duplicate != c.dup || got.DuplicateKey != c.key {
+				t.Errorf("Strict(%s) = duplicate %v %q, want %v %q", c.in, got.Duplicate, got.DuplicateKey, c.dup, c.key)
+			}
+		})
+	}
+	t.Run("the depth limit is checked in the same pass", func(t *testing.T) {
+		if got := Strict([]byte(`{"a":`+nested(41)+`}`), 40); got.Depth <= 40 || got.Duplicate {
+			t.Errorf("Strict of 42 levels = %+v, want a depth past 40 and no duplicate", got)
+		}
+		if got := Strict([]byte(nested(40)), 40); got.Depth != 40 {
+			t.Errorf("Strict of 40 levels = %+v, want depth 40", got)
+		}
+	})
+}

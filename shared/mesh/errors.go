@@ -15,16 +15,17 @@ type Kind int
 
 // The kinds of errors a client can be told about.
 const (
-	KindInternal      Kind = iota // 500, details never leave the server
-	KindInvalid                   // 400 malformed request
-	KindUnauthorized              // 401 missing or bad credentials
-	KindForbidden                 // 403 authenticated but not allowed
-	KindNotFound                  // 404
-	KindConflict                  // 409 state conflict (idempotency, state machine)
-	KindTooLarge                  // 413
-	KindUnprocessable             // 422 well-formed but semantically wrong
-	KindRateLimited               // 429
-	KindUnavailable               // 503 a dependency is down; retry later
+	KindInternal         Kind = iota // 500, details never leave the server
+	KindInvalid                      // 400 malformed request
+	KindUnauthorized                 // 401 missing or bad credentials
+	KindForbidden                    // 403 authenticated but not allowed
+	KindNotFound                     // 404
+	KindConflict                     // 409 state conflict (idempotency, state machine)
+	KindTooLarge                     // 413
+	KindUnprocessable                // 422 well-formed but semantically wrong
+	KindRateLimited                  // 429
+	KindUnavailable                  // 503 a dependency is down; retry later
+	KindUnsupportedMedia             // 415 a request body that is not application/json
 )
 
 // Error is the one error type that crosses package boundaries toward clients.

@@ -31,7 +31,7 @@ const (
 // (recipient, seq): a range read from after+1 in seq order, and a MIN over
 // one recipient's prefix. Neither ever scans another recipient's rows.
 const (
-	readInboxSQL = `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, occurred_at, delivery
+	readInboxSQL = `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, trace_id, body, occurred_at, delivery
 FROM outbox_events WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?`
 
 	// oldestSeqSQL runs as one statement so MIN(seq) and the counter come
@@ -102,13 +102,13 @@ func (in Inbox) readBatch(ctx context.Context, recipient string, after int64, n 
 	for rows.Next() {
 		got++
 		e := mesh.Envelope{V: mesh.EnvelopeVersion, To: recipient}
-		var group sql.NullString
+		var group, trace sql.NullString
 		var body []byte
 		if err := rows.Scan(&e.Seq, &e.EventID, &e.Type, &e.From, &e.TaskID, &e.ContextID, &group,
-			&e.MessageID, &e.KeyEpoch, &body, &e.OccurredAt, &e.Delivery); err != nil {
+			&e.MessageID, &e.KeyEpoch, &trace, &body, &e.OccurredAt, &e.Delivery); err != nil {
 			return got, false, err
 		}
-		e.GroupID = group.String
+		e.GroupID, e.TraceID = group.String, trace.String
 		e.Body = body
 		if code := Unservable(body); code != "" {
 			in.undeliverable(ctx, &e, code)
@@ -190,6 +190,15 @@ type Page struct {
 // Inbox serves GET /v1/inbox, including its long poll.
 type Inbox struct {
 	DB Querier
+	// Leases takes and frees the long-poll slots (see MaxPolls). When nil,
+	// DB is used if it can execute statements (*sql.DB can); otherwise
+	// polls are not capped.
+	Leases Execer
+	// MaxPolls caps how many long polls one agent holds at once, across
+	// every function instance (default DefaultMaxPolls): a further request
+	// that would wait answers at once with what there is (an empty page),
+	// so one agent cannot pin a thousand concurrent 20-second functions.
+	MaxPolls int
 	// MinPoll and MaxPoll bound the pause between two polls of a waiting
 	// request: it starts at MinPoll and doubles up to MaxPoll while nothing
 	// arrives (defaults 100 ms and 1 s). Each poll is one indexed query.
@@ -223,6 +232,7 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 	}
 	pause := minPoll
 	var events []mesh.Envelope
+	held := false
 	for {
 		var err error
 		if events, err = in.Read(ctx, recipient, after, limit); err != nil {
@@ -238,6 +248,19 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 		if len(events) > 0 || left <= 0 {
 			break
 		}
+		if !held {
+			// Only a request that is about to wait takes a slot; one that
+			// finds events or does not wait costs no lease statements.
+			release, ok, err := in.hold(ctx, recipient, left)
+			if err != nil {
+				return Page{}, err
+			}
+			if !ok {
+				break // the agent's slots are taken: answer now, hold nothing
+			}
+			defer release()
+			held = true
+		}
 		if err := sleep(ctx, min(pause, left)); err != nil {
 			// The client went away or the function is about to time out:
 			// answer with what we have (nothing) rather than an error.
@@ -252,6 +275,76 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 	var err error
 	page.OldestSeq, err = OldestSeq(context.WithoutCancel(ctx), in.DB, recipient)
 	return page, err
+}
+
+// DefaultMaxPolls is how many long polls of one agent are held at once
+// unless Inbox.MaxPolls says otherwise: one meshd polls once at a time;
+// the second slot covers a restart overlapping the old process's poll.
+const DefaultMaxPolls = 2
+
+// leaseGrace keeps a slot past its poll's deadline: long enough that a
+// live request always frees it itself, short enough that the slot of a
+// function instance that died comes back within seconds.
+const leaseGrace = 5 * time.Second
+
+// Execer runs statements; *sql.DB satisfies it.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// The lease statements: each is one autocommitted row change on the
+// primary key, so nothing is locked while a request waits. Expiry is the
+// database's clock, the same for every function instance.
+const (
+	takeFreeSlotSQL = `INSERT IGNORE INTO inbox_polls (agent_id, slot, holder, expires_at)
+VALUES (?, ?, ?, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND))`
+	takeExpiredSlotSQL = `UPDATE inbox_polls SET holder = ?, expires_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)
+WHERE agent_id = ? AND slot = ? AND expires_at < UTC_TIMESTAMP(6)`
+	freeSlotSQL = `DELETE FROM inbox_polls WHERE agent_id = ? AND slot = ? AND holder = ?`
+)
+
+// hold takes one of recipient's long-poll slots for up to wait (plus a
+// grace): ok is false when all are held by live polls. release frees it.
+func (in Inbox) hold(ctx context.Context, recipient string, wait time.Duration) (release func(), ok bool, err error) {
+	db := in.Leases
+	if db == nil {
+		if db, ok = in.DB.(Execer); !ok {
+			return func() {}, true, nil
+		}
+	}
+	slots := in.MaxPolls
+	if slots <= 0 {
+		slots = DefaultMaxPolls
+	}
+	holder := NewEventID()
+	ttl := (wait + leaseGrace).Microseconds()
+	for slot := range slots {
+		for _, take := range []func() (sql.Result, error){
+			func() (sql.Result, error) { return db.ExecContext(ctx, takeFreeSlotSQL, recipient, slot, holder, ttl) },
+			func() (sql.Result, error) {
+				return db.ExecContext(ctx, takeExpiredSlotSQL, holder, ttl, recipient, slot)
+			},
+		} {
+			res, err := take()
+			if err != nil {
+				return nil, false, err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return nil, false, err
+			}
+			if n == 1 {
+				return func() {
+					// Freed even when the client went away; if this fails,
+					// the slot expires on its own.
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					defer cancel()
+					_, _ = db.ExecContext(ctx, freeSlotSQL, recipient, slot, holder)
+				}, true, nil
+			}
+		}
+	}
+	return nil, false, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -100,6 +100,14 @@ func insertAgents(t testing.TB, db *mysql.DB, ids ...string) {
 	}
 }
 
+// refill gives agent a full rate budget again, as if it had been idle.
+func (f *fixture) refill(t testing.TB, agent string) {
+	t.Helper()
+	if _, err := f.db.Exec("UPDATE rate_limits SET tat_us = 0 WHERE agent_id = ?", agent); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // multiRow repeats the VALUES tuple of stmt n times.
 func multiRow(stmt string, n int) string {
 	tuple := stmt[strings.LastIndex(stmt, "VALUES ")+len("VALUES "):]

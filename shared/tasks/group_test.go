@@ -99,6 +99,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 	})
 
 	t.Run("a retry of the fan-out returns the same tasks and writes nothing", func(t *testing.T) {
+		f.refill(t, sender) // the fan-out spent 999 units of the sender's budget
 		before := f.state(t)
 		r := f.groupSend(t, sender, "big", body)
 		var res GroupSendResult
@@ -120,6 +121,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 		if n := f.count(t, "SELECT COUNT(*) FROM outbox_events WHERE task_id = ? AND sender = 'm0007'", taskID); n != 1 {
 			t.Fatalf("%d events for the reply", n)
 		}
+		f.refill(t, sender)
 		evs := f.events(t, sender)
 		if len(evs) != 1 || evs[0].From != "m0007" || evs[0].GroupID != "big" || evs[0].ContextID != "ctx-big" {
 			t.Fatalf("the sender's events: %+v", evs)
@@ -159,8 +161,9 @@ func TestGroupFanoutLimits(t *testing.T) {
 	})
 }
 
-// Two groups with the same 1,000 members; o0000 sends in one while o0999
-// sends in the other, three rounds in parallel: whole group-send
+// Two groups with the same 1,000 members; o0000-o0002 send in one while
+// o0997-o0999 send in the other, all six at once (one sender per round, as a
+// fan-out to 999 spends its sender's budget for 20 s): whole group-send
 // transactions (tasks, messages, idempotency rows and ~998 shared counters
 // each) overlap without a deadlock. Members are read in agent_id order, so
 // both fan-outs hand Append the same order here; the lock order itself, with
@@ -172,12 +175,11 @@ func TestOverlappingGroupFanoutsDoNotDeadlock(t *testing.T) {
 	f.agents(t, members...)
 	f.group(t, "g-up", "ctx-up", members...)
 	f.group(t, "g-down", "ctx-down", members...)
-	a, b := members[0], members[len(members)-1]
 	const rounds = 3
 	noDeadlocks(t, f.db, f.dsn, func() {
 		var wg sync.WaitGroup
 		for i := range rounds {
-			for _, side := range []struct{ sender, group string }{{a, "g-up"}, {b, "g-down"}} {
+			for _, side := range []struct{ sender, group string }{{members[i], "g-up"}, {members[len(members)-1-i], "g-down"}} {
 				wg.Go(func() {
 					r := f.groupSend(t, side.sender, side.group, GroupSendRequest{Parts: text(fmt.Sprintf("round %d", i))})
 					if r.Status != 202 {
@@ -188,9 +190,9 @@ func TestOverlappingGroupFanoutsDoNotDeadlock(t *testing.T) {
 		}
 		wg.Wait()
 	})
-	// Every shared member got 2 × rounds events with seqs 1..6.
-	if n := f.count(t, "SELECT COUNT(*) FROM inbox_counters WHERE last_seq = ?", 2*rounds); n != 998 {
-		t.Fatalf("%d members with %d events, want 998", n, 2*rounds)
+	// Every member that did not send got 2 × rounds events with seqs 1..6.
+	if n := f.count(t, "SELECT COUNT(*) FROM inbox_counters WHERE last_seq = ?", 2*rounds); n != 1000-2*rounds {
+		t.Fatalf("%d members with %d events, want %d", n, 2*rounds, 1000-2*rounds)
 	}
 	if n := f.count(t, "SELECT COUNT(*) FROM outbox_events WHERE recipient = 'o0500'"); n != 2*rounds {
 		t.Fatalf("o0500 has %d events", n)

@@ -84,6 +84,7 @@ func New(env *app.Env) *Service {
 		IdleTimeout:     env.Config.TaskIdleTimeout,
 		Log:             env.Log,
 		Janitor:         outbox.Janitor{DB: env.DB, Retention: env.Config.OutboxRetention, Log: env.Log},
+		Inbox:           outbox.Inbox{MaxPolls: env.Config.MaxLongPolls},
 	}
 	return s.withDefaults()
 }

@@ -35,8 +35,14 @@ const (
 	insertMessageSQL = `INSERT INTO task_messages (task_id, message_id, sender, parts, created_at) VALUES (?, ?, ?, ?, ?)`
 	insertArtifact   = `INSERT INTO task_artifacts (task_id, artifact_id, name, parts, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?)`
 
-	memberGroupSQL  = `SELECT g.context_id FROM mesh_groups g JOIN group_members m ON m.group_id = g.group_id WHERE g.group_id = ? AND m.agent_id = ?`
-	groupOthersSQL  = `SELECT agent_id FROM group_members WHERE group_id = ? AND agent_id <> ? ORDER BY agent_id`
+	memberGroupSQL = `SELECT g.context_id FROM mesh_groups g JOIN group_members m ON m.group_id = g.group_id WHERE g.group_id = ? AND m.agent_id = ?`
+	// groupOthersSQL lists the members a fan-out reaches: everyone but the
+	// sender, skipping both directions of a block (agent_blocks' primary
+	// key and its (blocked_id, agent_id) key serve the two probes).
+	groupOthersSQL = `SELECT m.agent_id FROM group_members m WHERE m.group_id = ? AND m.agent_id <> ?
+AND NOT EXISTS (SELECT 1 FROM agent_blocks b WHERE b.agent_id = m.agent_id AND b.blocked_id = ?)
+AND NOT EXISTS (SELECT 1 FROM agent_blocks b WHERE b.agent_id = ? AND b.blocked_id = m.agent_id)
+ORDER BY m.agent_id`
 	maxRowsPerWrite = 500
 	maxBytesPerStmt = 4 << 20
 )
@@ -453,6 +459,11 @@ func (s *Service) AddArtifact(ctx context.Context, caller, taskID string, req Ar
 	if req.Name == "" || len(req.Name) > 200 {
 		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact needs a name of 1-200 bytes")
 	}
+	if !mesh.PrintableName(req.Name) {
+		// Names are shown to the other party as they are, like agent and
+		// group names: the same printable rule.
+		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact name must be printable UTF-8: no control characters, line separators or bidirectional formatting")
+	}
 	if err := checkID("message_id", req.MessageID); err != nil {
 		return httpapi.Response{}, err
 	}
@@ -550,12 +561,12 @@ func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req G
 		if err != nil {
 			return nil, err
 		}
-		members, err := queryStrings(ctx, tx, groupOthersSQL, groupID, caller)
+		members, err := queryStrings(ctx, tx, groupOthersSQL, groupID, caller, caller, caller)
 		if err != nil {
 			return nil, err
 		}
 		if len(members) == 0 {
-			return nil, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "you are the only member of this group")
+			return nil, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "no other member of this group can be reached")
 		}
 		if len(members) > MaxFanoutMembers {
 			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
@@ -564,6 +575,11 @@ func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req G
 		if total := len(parts) * len(members); total > s.MaxFanoutBytes {
 			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
 				"%d bytes to %d members is %d bytes; a group send may write at most %d", len(parts), len(members), total, s.MaxFanoutBytes)
+		}
+		// A fan-out costs what it writes: one unit per recipient (write
+		// already spent the first). Over the budget, the 429 rolls it all back.
+		if err := identity.TakeRateN(ctx, tx, caller, w.now, len(members), 1); err != nil {
+			return nil, err
 		}
 		res := GroupSendResult{GroupID: groupID, ContextID: contextID, MessageID: w.messageID, Tasks: make([]GroupTask, len(members))}
 		tasks := make([]*Task, len(members))
