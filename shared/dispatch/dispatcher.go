@@ -77,7 +77,7 @@ type Dispatcher struct {
 	MaxAttempts        int           // attempts before dead-lettering (default 10)
 	BaseBackoff        time.Duration // first retry delay after Kafka refused an event (default 5 s), doubled per attempt
 	UnreachableBackoff time.Duration // retry delay after Kafka could not be reached (default 1 s)
-	PublishTimeout     time.Duration // bound of one publish attempt (default 10 s)
+	PublishTimeout     time.Duration // bound of one publish attempt (default DefaultPublishTimeout)
 
 	once sync.Once
 	// cursor is the last recipient of the previous batch: the next batch
@@ -106,6 +106,9 @@ func (s *Stats) add(o Stats) {
 
 // Polling and retry pacing of Run.
 const (
+	// DefaultPublishTimeout bounds one publish attempt: Kafka acknowledges in
+	// milliseconds when it is up, so this only ever cuts a broker that is not.
+	DefaultPublishTimeout = 10 * time.Second
 	// BusyPoll is the pause between batches while events flow (and for
 	// IdleAfter after the last one), so a new event waits at most this long.
 	BusyPoll = 50 * time.Millisecond
@@ -138,7 +141,7 @@ func (d *Dispatcher) defaults() {
 		orDefault(&d.MaxAttempts, 10)
 		orDefault(&d.BaseBackoff, 5*time.Second)
 		orDefault(&d.UnreachableBackoff, time.Second)
-		orDefault(&d.PublishTimeout, 10*time.Second)
+		orDefault(&d.PublishTimeout, DefaultPublishTimeout)
 	})
 }
 

@@ -176,13 +176,26 @@ func (s *Stack) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // runSchedule fires job once now and then every sch.Every, like an
-// EventBridge rule. Runs of one schedule never overlap: a run that outlasts
-// the period is followed at once by the next (the ticker keeps one pending
-// tick and drops the rest). Each run
-// gets the function's timeout as its deadline, as Lambda would.
+// EventBridge rule invoking a Lambda function: each run gets the function's
+// timeout as its deadline, and a run that outlasts the period overlaps the
+// next one instead of delaying it (the DispatcherFunction relies on this:
+// its runs overlap so that delivery never pauses). Runs that ignore their
+// deadline cannot pile up: at most timeout/period + 1 run at once, and a tick
+// that finds that many still running is skipped with a warning. It returns
+// once ctx is done and every run has returned.
 func (s *Stack) runSchedule(ctx context.Context, log *slog.Logger, f Function, sch Schedule, job app.Job) {
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = sch.Every
+	}
+	limit := int(timeout/sch.Every) + 1
+	var running sync.WaitGroup
+	defer running.Wait()
+	slots := make(chan struct{}, limit)
 	run := func() {
-		runCtx, cancel := context.WithTimeout(ctx, f.Timeout)
+		defer func() { <-slots }()
+		defer running.Done()
+		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		start := time.Now()
 		err := func() (err error) {
@@ -203,17 +216,26 @@ func (s *Stack) runSchedule(ctx context.Context, log *slog.Logger, f Function, s
 			s.OnScheduledRun(f.LogicalID, took, err)
 		}
 	}
+	fire := func() {
+		select {
+		case slots <- struct{}{}:
+			running.Add(1)
+			go run()
+		default:
+			log.Warn("scheduled run skipped: earlier runs are still running past their timeout", "function", f.LogicalID, "schedule", sch.Expr, "running", limit)
+		}
+	}
 	// The ticker starts with the first run, so the rate is kept from the
 	// start as EventBridge keeps it, whatever each run takes.
 	t := time.NewTicker(sch.Every)
 	defer t.Stop()
-	run()
+	fire()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			run()
+			fire()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 )
 
@@ -79,9 +81,10 @@ func TestStackRefusesToStartWithAnIncompleteRegistry(t *testing.T) {
 	}
 }
 
-// A schedule fires at start, then at its rate; runs of one schedule never
-// overlap even when a run outlasts the period; shutdown waits for the run in
-// progress and serves no more requests.
+// A schedule fires at start, then at its rate, like EventBridge invoking a
+// Lambda function: a run that outlasts the period overlaps the next instead of
+// delaying it, each run has the function's timeout as its deadline; shutdown
+// waits for the runs in progress and serves no more requests.
 func TestStackServesAndFiresSchedulesThenShutsDownCleanly(t *testing.T) {
 	const every = 40 * time.Millisecond
 	tpl := &Template{Functions: []Function{
@@ -145,7 +148,9 @@ func TestStackServesAndFiresSchedulesThenShutsDownCleanly(t *testing.T) {
 		t.Fatalf("Serve = %v", err)
 	}
 
-	if n := runs.Load(); n < 4 {
+	// Runs start on the ticks, not after the previous run: about 10 in 10
+	// periods, where runs waiting for each other would manage 7.
+	if n := runs.Load(); n < 9 {
 		t.Errorf("%d runs in %v, want one at start and then one per period", n, 10*every)
 	}
 	mu.Lock()
@@ -153,8 +158,8 @@ func TestStackServesAndFiresSchedulesThenShutsDownCleanly(t *testing.T) {
 		t.Errorf("first run started %v after Serve, want at once", first)
 	}
 	mu.Unlock()
-	if m := maxRunning.Load(); m != 1 {
-		t.Errorf("%d runs of one schedule overlapped", m)
+	if m := maxRunning.Load(); m != 2 {
+		t.Errorf("at most %d runs at once, want 2: each run outlasts the period by half and overlaps the next", m)
 	}
 	if running.Load() != 0 || finished.Load() != runs.Load() {
 		t.Errorf("Serve returned with a run in progress (%d running, %d/%d finished)", running.Load(), finished.Load(), runs.Load())
@@ -165,4 +170,34 @@ func TestStackServesAndFiresSchedulesThenShutsDownCleanly(t *testing.T) {
 	if _, err := http.Get(url); err == nil {
 		t.Error("the server still answers after shutdown")
 	}
+}
+
+// On AWS and here alike, the dispatcher's scheduled runs must overlap (each
+// drains longer than the period) and each must have time for its last batch
+// after its budget (the timeout covers budget, a publish and the margin).
+func TestTheDispatcherScheduleCoversEverySecondOfEveryMinute(t *testing.T) {
+	root, err := FindRepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := LoadTemplate(filepath.Join(root, "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tpl.Functions {
+		if f.LogicalID != "DispatcherFunction" {
+			continue
+		}
+		if len(f.Schedules) != 1 {
+			t.Fatalf("DispatcherFunction has %d schedules, want 1", len(f.Schedules))
+		}
+		if every := f.Schedules[0].Every; dispatch.ScheduledBudget <= every {
+			t.Errorf("a run drains %v but runs start every %v: delivery would pause between runs", dispatch.ScheduledBudget, every)
+		}
+		if need := dispatch.ScheduledBudget + dispatch.DefaultPublishTimeout + 3*time.Second; f.Timeout < need {
+			t.Errorf("timeout %v leaves no room for the last batch after the %v budget (need %v)", f.Timeout, dispatch.ScheduledBudget, need)
+		}
+		return
+	}
+	t.Fatal("template.yaml has no DispatcherFunction")
 }
