@@ -5,7 +5,7 @@ GO ?= go
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-.PHONY: run test bench vet fmt lint fuzz build invoke services-up services-down clean
+.PHONY: latency run test bench vet fmt lint fuzz build invoke services-up services-down clean
 
 ## run: the whole mesh locally (MariaDB, embedded Kafka, every route and schedule of template.yaml, demo agents)
 run:
@@ -34,6 +34,10 @@ fuzz:
 ## bench: speed and memory targets
 bench:
 	@infra/with-services.sh $(GO) test -run '^$$' -bench . -benchmem ./...
+
+## latency: 2xx->handler latency through the local stack with meshd, 1 and 50 msg/s for 3 min each (figures, not a test)
+latency:
+	@infra/with-services.sh $(GO) test -count=1 -run '^$$' -bench DeliveryLatency -benchtime 1x -timeout 30m ./shared/localstack/ -args -latency
 
 vet:
 	$(GO) vet ./...

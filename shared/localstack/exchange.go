@@ -18,9 +18,9 @@ import (
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
-// exchangeTimeout bounds the demo exchange. A scheduled dispatcher run drains
-// for most of a minute and the next one starts at the minute, so delivery
-// normally takes well under a second, at worst about 25 s.
+// exchangeTimeout bounds the demo exchange. The dispatcher's scheduled runs
+// overlap, so one is always draining and delivery takes well under a second;
+// the bound leaves room for a first start on a slow machine.
 const exchangeTimeout = 90 * time.Second
 
 // exchange starts alice's and bob's meshd in-process (the same shared/meshd

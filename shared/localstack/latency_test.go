@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
+	"github.com/agentmesh/agentmesh/shared/metrics"
 )
 
 var (
@@ -54,6 +56,7 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 		st.Befriend(b, id, "bob")
 	}
 
+	st.Dispatcher.Metrics = &metrics.Sink{W: io.Discard}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Every schedule of the template, fired as meshlocal fires them.
