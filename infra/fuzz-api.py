@@ -29,6 +29,8 @@ import pymysql
 
 READY_TIMEOUT = 90  # seconds for meshlocal to serve (migrations included)
 STOP_TIMEOUT = 20  # seconds for meshlocal's clean shutdown before SIGKILL
+FUZZ_TIMEOUT = 600  # seconds for the whole schemathesis run (about 20 s is usual)
+REQUEST_TIMEOUT = 10  # seconds for one request: a hung route fails, not the clock
 
 
 def say(msg):
@@ -133,17 +135,21 @@ def stop_meshlocal(proc):
         proc.wait()
 
 
-def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, env, log_path):
+# The gate: no 5xx, every status and body (and Content-Type, and required
+# headers such as Retry-After) as documented, and valid requests not refused
+# as malformed.
+GATE_CHECKS = ",".join(["not_a_server_error", "status_code_conformance", "response_schema_conformance",
+                        "content_type_conformance", "response_headers_conformance", "positive_data_acceptance"])
+
+
+def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, checks, env, log_path):
     cmd = [os.path.join(venv_bin, "schemathesis"), "--config-file", config, "run", spec, "--url", url,
            "--max-examples", str(examples), "--seed", str(seed_value), "--workers", "1",
-           "--generation-database", "none", "--no-color",
-           # The gate: no 5xx, every status and body (and Content-Type, and
-           # required headers such as Retry-After) as documented, and valid
-           # requests not refused as malformed.
-           "--checks", ",".join(["not_a_server_error", "status_code_conformance", "response_schema_conformance",
-                                 "content_type_conformance", "response_headers_conformance",
-                                 "positive_data_acceptance"])]
+           "--generation-database", "none", "--no-color", "--checks", checks,
+           "--request-timeout", str(REQUEST_TIMEOUT)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(FUZZ_TIMEOUT, proc.kill)
+    timer.start()
     generated = failures = None
     in_warnings = False
     with open(log_path, "w") as log:
@@ -163,6 +169,9 @@ def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, env, log
             if m:
                 failures = int(m.group(1))
     rc = proc.wait()
+    if not timer.is_alive():
+        say(f"schemathesis did not finish within {FUZZ_TIMEOUT} s and was killed")
+    timer.cancel()
     return rc, generated, failures if failures is not None else (0 if rc == 0 else None)
 
 
@@ -173,6 +182,7 @@ def main():
     ap.add_argument("--dsn", required=True)
     ap.add_argument("--examples", type=int, default=30)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--checks", default="")
     ap.add_argument("--log", required=True)
     a = ap.parse_args()
 
@@ -180,8 +190,12 @@ def main():
     server = parse_dsn(a.dsn)
     # mesh_ prefix: the local MariaDB grants the mesh user mesh_* databases.
     db_name = "mesh_fuzz_" + secrets.token_hex(6)
-    admin = pymysql.connect(host=server["host"], port=server["port"], user=server["user"],
-                            password=server["password"], connect_timeout=10, autocommit=True)
+    try:
+        admin = pymysql.connect(host=server["host"], port=server["port"], user=server["user"],
+                                password=server["password"], connect_timeout=10, autocommit=True)
+    except pymysql.MySQLError as e:
+        raise SystemExit(f"fuzz: cannot reach the database at {server['host']}:{server['port']}: {e}; "
+                         "start it (infra/mariadb.sh up) or set MYSQL_DSN")
     state = tempfile.mkdtemp(prefix="mesh-fuzz-")
     proc = None
     ok = False
@@ -200,7 +214,8 @@ def main():
         fuzz_start = time.monotonic()
         rc, generated, failures = run_schemathesis(
             os.path.dirname(sys.executable), os.path.join(a.root, "openapi.yaml"),
-            os.path.join(a.root, "infra", "schemathesis.toml"), url, a.examples, a.seed, env, a.log)
+            os.path.join(a.root, "infra", "schemathesis.toml"), url, a.examples, a.seed,
+            a.checks or GATE_CHECKS, env, a.log)
         took = time.monotonic() - fuzz_start
         ok = rc == 0
         verdict = "PASS" if ok else "FAIL"

@@ -9,7 +9,8 @@
 #
 # schemathesis and PyMySQL are installed with pip into .local/venv (once;
 # later runs reuse them). Settings: infra/schemathesis.toml;
-# MESH_FUZZ_EXAMPLES (examples per operation, default 30), MESH_FUZZ_SEED (1).
+# MESH_FUZZ_EXAMPLES (examples per operation, default 30), MESH_FUZZ_SEED (1),
+# MESH_FUZZ_CHECKS (schemathesis --checks, to explore beyond the gate: "all").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,4 +50,5 @@ echo "fuzz: building meshlocal"
 
 mkdir -p "$STATE/fuzz"
 "$VENV/bin/python" "$ROOT/infra/fuzz-api.py" --root "$ROOT" --meshlocal "$WORK/meshlocal" --dsn "$DSN" \
-  --examples "${MESH_FUZZ_EXAMPLES:-30}" --seed "${MESH_FUZZ_SEED:-1}" --log "$STATE/fuzz/schemathesis.log"
+  --examples "${MESH_FUZZ_EXAMPLES:-30}" --seed "${MESH_FUZZ_SEED:-1}" \
+  --checks "${MESH_FUZZ_CHECKS:-}" --log "$STATE/fuzz/schemathesis.log"
