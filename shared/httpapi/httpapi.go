@@ -106,8 +106,9 @@ func (r *Request) Body() []byte { return r.body }
 // Header returns a request header (API Gateway lower-cases names).
 func (r *Request) Header(name string) string { return header(r.Event.Headers, name) }
 
-// Decode parses the JSON body into v strictly: unknown fields, trailing data
-// and a missing body are 400s with a clear message.
+// Decode parses the JSON body into v strictly: unknown fields (field names
+// match exactly, not by folding case), trailing data and a missing body are
+// 400s with a clear message.
 func (r *Request) Decode(v any) error {
 	if len(bytes.TrimSpace(r.body)) == 0 {
 		return mesh.Errorf(mesh.KindInvalid, "invalid_json", "request body must be a JSON object")
@@ -119,6 +120,9 @@ func (r *Request) Decode(v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return mesh.Errorf(mesh.KindInvalid, "invalid_json", "request body must hold exactly one JSON value")
+	}
+	if key := caseMismatch(r.body, v); key != "" {
+		return mesh.Errorf(mesh.KindInvalid, "invalid_json", "request body is not valid: unknown field %.100q (field names are case-sensitive)", key)
 	}
 	return nil
 }

@@ -169,3 +169,40 @@ func TestBodiesMustBeSentAsJSON(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeMatchesFieldNamesExactly(t *testing.T) {
+	type part struct {
+		Kind string          `json:"kind"`
+		Data json.RawMessage `json:"data,omitempty"`
+	}
+	type send struct {
+		To    string `json:"to"`
+		Parts []part `json:"parts"`
+		Note  *struct {
+			Parts []part `json:"parts"`
+		} `json:"note,omitempty"`
+	}
+	for _, c := range []struct {
+		name, body string
+		ok         bool
+	}{
+		{"a recipient given again in capitals is refused", `{"to":"nobody","TO":"bob"}`, false},
+		{"a field in capitals alone is refused", `{"To":"bob"}`, false},
+		{"a part's field in capitals is refused", `{"to":"bob","parts":[{"KIND":"text"}]}`, false},
+		{"a field spelled with the Kelvin sign is refused", "{\"to\":\"bob\",\"parts\":[{\"\u212aind\":\"text\"}]}", false},
+		{"a nested note's field in capitals is refused", `{"to":"bob","note":{"Parts":[]}}`, false},
+		{"keys differing in case inside data are data", `{"to":"bob","parts":[{"kind":"data","data":{"a":1,"A":2}}]}`, true},
+		{"exact names decode", `{"to":"bob","parts":[{"kind":"text"}],"note":{"parts":[]}}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var v send
+			err := (&Request{body: []byte(c.body)}).Decode(&v)
+			if (err == nil) != c.ok {
+				t.Fatalf("Decode(%s) = %v (to %q)", c.body, err, v.To)
+			}
+			if err != nil && mesh.AsError(err).Code != "invalid_json" {
+				t.Fatalf("code %s", mesh.AsError(err).Code)
+			}
+		})
+	}
+}

@@ -49,6 +49,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		{"listing as either walks both", listAsEitherSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51, "x0007", far, far, "\U0010FFFF", "", "", "", "", 51, 51},
 			[]string{"", "tasks_initiator", "tasks_recipient"}},
 		{"group membership is a primary key lookup", memberGroupSQL, []any{"grp", "x0001"}, []string{"PRIMARY", "PRIMARY"}},
+		{"a context's group is found by mesh_groups_context", groupOfContextSQL, []any{"ctx-grp"}, []string{"mesh_groups_context"}},
 		{"group members are a primary key range, blocks probed by key", groupOthersSQL, []any{"grp", "x0001", "x0001", "x0001"}, []string{"PRIMARY", "PRIMARY", "agent_blocks_blocked"}},
 	}
 	for _, c := range cases {

@@ -196,6 +196,9 @@ type req struct {
 	params map[string]string
 	query  map[string]string
 	body   any // marshalled to JSON; a string is sent as is
+	// headers are set on the request after the defaults (Content-Type:
+	// application/json); an empty value removes a default.
+	headers map[string]string
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -216,6 +219,13 @@ func callEndpoint(t testing.TB, eps httpapi.Endpoints, r req) response {
 	}
 	if r.caller != "" {
 		ev.Headers["authorization"] = "Bearer " + r.caller
+	}
+	for k, v := range r.headers {
+		if v == "" {
+			delete(ev.Headers, k)
+		} else {
+			ev.Headers[k] = v
+		}
 	}
 	switch b := r.body.(type) {
 	case nil:

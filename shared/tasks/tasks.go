@@ -10,7 +10,8 @@
 //
 // Lock order, the same in every transaction (so they cannot deadlock each
 // other): the caller's rate_limits row, its idempotency_keys row, task rows,
-// then inbox_counters rows in ascending recipient order (outbox.Append).
+// the task_contexts row of a new task's conversation (claimContext), then
+// inbox_counters rows in ascending recipient order (outbox.Append).
 package tasks
 
 import (

@@ -269,7 +269,10 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (htt
 			if t.ContextID == "" {
 				t.ContextID = newID()
 			}
-			if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nil, t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
+			if t.GroupID, err = claimContext(ctx, tx, t.ContextID, caller, req.To, w.now); err != nil {
+				return nil, err
+			}
+			if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
 				return nil, err
 			}
 		}

@@ -1,0 +1,75 @@
+package tasks
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+)
+
+// Conversations own their context. A context_id belongs either to a group
+// (mesh_groups.context_id: every fan-out of the group, and any task two of
+// its members start in it) or to the two agents whose first task used it
+// (task_contexts, registered by that task, whether the client named the id
+// or the server minted it). A new task may name a context only if its two
+// parties share it:
+//
+//   - a group's context: both are members of that group now;
+//   - a two-party context: they are its two agents;
+//   - an id nobody uses yet: it starts a new conversation of theirs.
+//
+// Anything else is 422 context_mismatch, and nothing is written: a friend
+// cannot slip a task into a group's thread it (or the recipient) is not in,
+// nor into the conversation of two other agents. The answer tells a caller
+// only that an id it already holds is in use by others.
+const (
+	groupOfContextSQL = `SELECT group_id FROM mesh_groups WHERE context_id = ?`
+	bothMembersSQL    = `SELECT COUNT(*) FROM group_members WHERE group_id = ? AND agent_id IN (?, ?)`
+	insertContextSQL  = `INSERT INTO task_contexts (context_id, party_a, party_b, created_at) VALUES (?, ?, ?, ?)`
+	contextPartiesSQL = `SELECT party_a, party_b FROM task_contexts WHERE context_id = ? LOCK IN SHARE MODE`
+)
+
+// errContextMismatch is the answer for a context the parties do not share.
+func errContextMismatch() error {
+	return mesh.Errorf(mesh.KindUnprocessable, "context_mismatch",
+		"context_id belongs to a conversation you and the recipient do not share (another pair's, or a group's you are not both in)")
+}
+
+// claimContext checks that a and b may open a task in contextID (see
+// above) and returns the group that owns it, or "" for a two-party
+// context, which it registers for them when it is new. A concurrent claim
+// of the same new id by another pair waits on the primary key and then
+// sees this one's row (a fresh locking read after the duplicate).
+func claimContext(ctx context.Context, tx *sql.Tx, contextID, a, b string, now time.Time) (string, error) {
+	var group string
+	err := tx.QueryRowContext(ctx, groupOfContextSQL, contextID).Scan(&group)
+	switch {
+	case err == nil:
+		var n int
+		if err := tx.QueryRowContext(ctx, bothMembersSQL, group, a, b).Scan(&n); err != nil {
+			return "", err
+		}
+		if n != 2 {
+			return "", errContextMismatch()
+		}
+		return group, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return "", err
+	}
+	lo, hi := min(a, b), max(a, b)
+	_, err = tx.ExecContext(ctx, insertContextSQL, contextID, lo, hi, now)
+	if err == nil || !mysql.IsDuplicate(err) {
+		return "", err
+	}
+	var pa, pb string
+	if err := tx.QueryRowContext(ctx, contextPartiesSQL, contextID).Scan(&pa, &pb); err != nil {
+		return "", err
+	}
+	if pa != lo || pb != hi {
+		return "", errContextMismatch()
+	}
+	return "", nil
+}
