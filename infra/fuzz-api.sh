@@ -7,15 +7,18 @@
 # does not document, and any request openapi.yaml calls valid that the server
 # refuses as malformed. `make test` runs it after the Go tests.
 #
-# schemathesis and PyMySQL are installed with pip into .local/venv (once;
-# later runs reuse them). Settings: infra/schemathesis.toml;
+# schemathesis and PyMySQL are installed with pip into .local/venv-fuzz
+# (once; later runs reuse them). Settings: infra/schemathesis.toml;
 # MESH_FUZZ_EXAMPLES (examples per operation, default 30), MESH_FUZZ_SEED (1),
 # MESH_FUZZ_CHECKS (schemathesis --checks, to explore beyond the gate: "all").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="${MESH_STATE_DIR:-$ROOT/.local}"
-VENV="$STATE/venv"
+# A virtualenv of its own, not lint-template.sh's .local/venv: that one is
+# wiped whenever SAM's pin changes, and pip installing into it could move a
+# package SAM pins (pip only warns about an installed package's broken pins).
+VENV="$STATE/venv-fuzz"
 # Pinned so a new release cannot turn CI red overnight (4.x changed the CLI
 # and the config file from 3.x).
 SCHEMATHESIS_VERSION="4.32.5"
@@ -27,11 +30,8 @@ command -v python3 >/dev/null || { echo "python3 not found: install python3 and 
 mkdir -p "$STATE"
 if [[ ! -f $STAMP ]]; then
   echo "fuzz: installing schemathesis $SCHEMATHESIS_VERSION and PyMySQL $PYMYSQL_VERSION into $VENV (first run only)…"
-  # The venv is shared with infra/lint-template.sh (aws-sam-cli); adding to
-  # it changes none of SAM's pinned packages.
-  if [[ ! -x $VENV/bin/python ]]; then
-    python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  fi
+  rm -rf "$VENV"
+  python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
   "$VENV/bin/pip" install -q --disable-pip-version-check \
     "schemathesis==$SCHEMATHESIS_VERSION" "PyMySQL==$PYMYSQL_VERSION" >"$STATE/venv-fuzz-install.log" 2>&1 \
     || { echo "pip install failed; see $STATE/venv-fuzz-install.log" >&2; exit 1; }
