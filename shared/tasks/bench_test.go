@@ -351,6 +351,13 @@ func BenchmarkGroupFanout1000(b *testing.B) {
 	h := e.handler("SendGroupMessageFunction")
 	b.ReportAllocs()
 	for b.Loop() {
+		// A fan-out to 999 costs 999 rate units (20 s of budget): refill
+		// it outside the timing, the benchmark measures the write.
+		b.StopTimer()
+		if _, err := e.db.Exec("UPDATE rate_limits SET tat_us = 0 WHERE agent_id = ?", owner.id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 		m := e.msgID.Add(1)
 		body.MessageID = "bench-group-" + strconv.FormatInt(m, 10)
 		raw, err := json.Marshal(body)
