@@ -9,6 +9,7 @@ package localstack_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -188,6 +189,11 @@ type call struct {
 	// Drain resends the request up to this many times until it answers
 	// Want; only that answer is validated (draining a rate budget).
 	Drain int
+	// ContentType replaces application/json on a request with a body.
+	ContentType string
+	// DupKey repeats the first key of the body's object (with its value),
+	// which no JSON Schema can tell from the body without the repeat.
+	DupKey bool
 }
 
 // answer is what a step got back.
@@ -222,6 +228,8 @@ type conformance struct {
 	codes map[string]map[string]bool
 	// samples["GET /v1/agents/me 200"] is the last such exchange.
 	samples map[string]sample
+	// bodies[route key] is the first step with a body that route accepted.
+	bodies map[string]call
 }
 
 // sample is one validated exchange, kept to show that the checks bite.
@@ -246,12 +254,15 @@ func (c *conformance) send(k call) (*http.Request, []byte, answer, error) {
 			return nil, nil, answer{}, err
 		}
 	}
+	if k.DupKey {
+		body = repeatFirstKey(body)
+	}
 	req, err := http.NewRequest(k.Method, c.base+k.Path, bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, answer{}, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", cmp.Or(k.ContentType, "application/json"))
 	}
 	if k.Auth != "" {
 		req.Header.Set("Authorization", k.Auth)
@@ -304,6 +315,11 @@ func (c *conformance) do(k call) answer {
 			c.seen[key][a.Status] = true
 			if c.samples != nil {
 				c.samples[fmt.Sprintf("%s %d", key, a.Status)] = sample{req: vreq, route: route, params: params, answer: a}
+			}
+			if a.Status < 300 && k.Body != nil && c.bodies != nil {
+				if _, ok := c.bodies[key]; !ok {
+					c.bodies[key] = k
+				}
 			}
 			code := ""
 			if a.Status >= 400 {
@@ -367,8 +383,9 @@ func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
 		}
 	})
 
-	c := &conformance{t: t, doc: doc, base: stack.URL, seen: map[string]map[int]bool{}, codes: map[string]map[string]bool{}, samples: map[string]sample{}}
+	c := &conformance{t: t, doc: doc, base: stack.URL, seen: map[string]map[int]bool{}, codes: map[string]map[string]bool{}, samples: map[string]sample{}, bodies: map[string]call{}}
 	runScenario(t, c, reg, cfg, adminKey, stack.Env.DB)
+	strictBodies(t, c)
 
 	// The health route's error answer needs a database that does not
 	// answer: the same function on a pool that is closed.
@@ -732,6 +749,8 @@ func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg conf
 		Body: map[string]any{"to": "dave", "task_id": task, "parts": text("hi")}, Want: 422, Code: "recipient_mismatch"})
 	c.do(call{Who: "alice appends in another context", Method: "POST", Path: "/v1/messages", Auth: tokens["alice"],
 		Body: map[string]any{"to": "bob", "task_id": task, "context_id": "elsewhere", "parts": text("hi")}, Want: 422, Code: "context_mismatch"})
+	c.do(call{Who: "bob borrows his conversation with alice for dave", Method: "POST", Path: "/v1/messages", Auth: tokens["bob"],
+		Body: map[string]any{"to": "dave", "context_id": sent.field("context_id"), "parts": text("hi")}, Want: 422, Code: "context_mismatch"})
 	c.do(call{Who: "alice appends to the task", Method: "POST", Path: "/v1/messages", Auth: tokens["alice"],
 		Body: map[string]any{"to": "bob", "task_id": task, "parts": text("one more thing")}, Want: 202})
 	c.do(call{Who: "alice sends no parts", Method: "POST", Path: "/v1/messages", Auth: tokens["alice"],
@@ -1001,4 +1020,51 @@ func checkDriftIsCaught(t *testing.T, doc apiDoc, samples map[string]sample) {
 			}
 		})
 	}
+}
+
+// strictBodies sends, on every route that accepted a body in the scenario,
+// that same request twice more: with its first key repeated (400
+// duplicate_key) and labelled text/plain (415 unsupported_media_type). Both
+// are refused before the handler, so they change nothing.
+func strictBodies(t *testing.T, c *conformance) {
+	keys := make([]string, 0, len(c.bodies))
+	for k := range c.bodies {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		k := c.bodies[key]
+		k.Drain, k.OffSpec = 0, false
+		dup := k
+		dup.Who, dup.DupKey, dup.Want, dup.Code = k.Who+", with a key repeated", true, http.StatusBadRequest, "duplicate_key"
+		c.do(dup)
+		plain := k
+		plain.Who, plain.ContentType, plain.Want, plain.Code, plain.OffSpec = k.Who+", as text/plain", "text/plain", http.StatusUnsupportedMediaType, "unsupported_media_type", true
+		c.do(plain)
+	}
+	if len(keys) < 15 {
+		t.Errorf("only %d routes accepted a body in the scenario: %v", len(keys), keys)
+	}
+}
+
+// repeatFirstKey returns the JSON object b with its first key (and value)
+// given twice: {"a":1,"b":2} becomes {"a":1,"a":1,"b":2}.
+func repeatFirstKey(b []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') || !dec.More() {
+		return b
+	}
+	start := dec.InputOffset()
+	if _, err := dec.Token(); err != nil { // the key
+		return b
+	}
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		return b
+	}
+	pair := bytes.TrimLeft(b[start:dec.InputOffset()], " \t\r\n,")
+	out := append([]byte{}, b[:start]...)
+	out = append(out, pair...)
+	out = append(out, ',')
+	return append(out, b[start:]...)
 }
