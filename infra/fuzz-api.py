@@ -82,15 +82,17 @@ class API:
 
 def seed(api, admin_key):
     """Agents and data for the fuzzer to meet: its agent (fuzz-a) has a
-    friend with a task between them, a group, and a pending friend request
-    from a third agent. Returns fuzz-a's JWT."""
+    friend (fuzz-b) with tasks both ways, a group, and a pending friend
+    request from fuzz-c. Returns fuzz-a's JWT."""
     keys = {}
     for agent in ("fuzz-a", "fuzz-b", "fuzz-c"):
         keys[agent] = api.must("POST", "/v1/admin/agents", {"agent_id": agent, "name": agent}, admin_key)["api_key"]
     api.must("POST", "/v1/admin/friendships", {"a": "fuzz-a", "b": "fuzz-b"}, admin_key)
     api.must("POST", "/v1/admin/groups", {"name": "fuzz group", "owner": "fuzz-a", "members": ["fuzz-b"]}, admin_key)
     tokens = {a: api.must("POST", "/v1/auth/token", {"api_key": k})["token"] for a, k in keys.items()}
-    api.must("POST", "/v1/messages", {"to": "fuzz-a", "parts": [{"kind": "text", "text": "hello fuzzer"}]}, tokens["fuzz-b"])
+    text = [{"kind": "text", "text": "hello"}]
+    api.must("POST", "/v1/messages", {"to": "fuzz-a", "parts": text}, tokens["fuzz-b"])
+    api.must("POST", "/v1/messages", {"to": "fuzz-b", "parts": text}, tokens["fuzz-a"])
     api.must("POST", "/v1/friends/requests", {"to": "fuzz-a"}, tokens["fuzz-c"])
     return tokens["fuzz-a"]
 
@@ -175,6 +177,26 @@ def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, checks, 
     return rc, generated, failures if failures is not None else (0 if rc == 0 else None)
 
 
+def answer_counts(log_path):
+    """Counts meshlocal's answers by status class from its request log: how
+    many cases got past validation and state checks (2xx) tells whether the
+    fuzzing reaches the routes' logic."""
+    counts = {}
+    try:
+        with open(log_path) as f:
+            for line in f:
+                try:
+                    status = json.loads(line).get("status")
+                except ValueError:
+                    continue
+                if isinstance(status, int):
+                    key = "404" if status == 404 else f"{status // 100}xx"
+                    counts[key] = counts.get(key, 0) + 1
+    except OSError:
+        return "?"
+    return ", ".join(f"{k} {counts[k]}" for k in sorted(counts))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", required=True)
@@ -222,6 +244,7 @@ def main():
         say(f"{verdict}: {generated if generated is not None else '?'} cases, "
             f"{failures if failures is not None else '?'} failures, schemathesis {took:.0f} s, "
             f"whole step {time.monotonic() - started:.0f} s (full output: {a.log})")
+        say(f"answers: {answer_counts(os.path.join(state, 'meshlocal', 'meshlocal.log'))}")
         return rc
     finally:
         if proc is not None:
