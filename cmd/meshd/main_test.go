@@ -36,8 +36,8 @@ func fakeMesh(t *testing.T) (*httptest.Server, *[]string) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.Method + " " + r.URL.Path {
 		case "POST /v1/auth/token":
-			_ = json.NewEncoder(w).Encode(map[string]any{"token": "jwt-abc", "expires_in": 3600, "agent_id": "bob",
-				"inbox_key": base64.StdEncoding.EncodeToString(make([]byte, 32)), "key_epoch": 1, "kafka": map[string]any{}})
+			_ = json.NewEncoder(w).Encode(map[string]any{"token": "jwt-abc", "expires_in": 3600, "agent_id": "bob", "routing_id": "rt-bob",
+				"inbox_keys": []map[string]any{{"key_epoch": 1, "key": base64.StdEncoding.EncodeToString(make([]byte, 32))}}, "kafka": map[string]any{}})
 		case "POST /v1/messages":
 			var req map[string]any
 			_ = json.Unmarshal(body.Bytes(), &req)

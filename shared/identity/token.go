@@ -18,18 +18,58 @@ import (
 
 // TokenResponse is the body of POST /v1/auth/token.
 type TokenResponse struct {
-	Token     string    `json:"token"`
-	TokenType string    `json:"token_type"`
-	ExpiresIn int       `json:"expires_in"`
-	AgentID   string    `json:"agent_id"`
-	InboxKey  string    `json:"inbox_key"`
-	KeyEpoch  int       `json:"key_epoch"`
-	Kafka     KafkaInfo `json:"kafka"`
+	Token     string `json:"token"`
+	TokenType string `json:"token_type"`
+	ExpiresIn int    `json:"expires_in"`
+	AgentID   string `json:"agent_id"`
+	// RoutingID is the agent's opaque record key on the inbox topic: meshd
+	// consumes the partition it hashes to and only records keyed with it.
+	RoutingID string `json:"routing_id"`
+	// InboxKeys are the agent's inbox keys, oldest epoch first, from the
+	// epoch of the oldest event its inbox still holds to the current one
+	// (the last, under which new events are sealed): a rotation or a
+	// revocation never makes retained mail unreadable to the agent.
+	InboxKeys []InboxKey `json:"inbox_keys"`
+	Kafka     KafkaInfo  `json:"kafka"`
+}
+
+// InboxKey is the agent's AES-256-GCM key (base64) for the records sealed
+// under KeyEpoch.
+type InboxKey struct {
+	KeyEpoch int    `json:"key_epoch"`
+	Key      string `json:"key"`
+}
+
+// MaxInboxKeys bounds the keys of one token response: the newest epochs.
+// Events of older epochs (an agent rotated more often than this within the
+// retention) are still served opened by GET /v1/inbox.
+const MaxInboxKeys = 64
+
+// oldestEpochSQL reads the key epoch of the oldest event the agent's
+// outbox still holds: one row of the unique key (recipient, seq). Epochs
+// never go down as seq grows, so no retained event is older.
+const oldestEpochSQL = `SELECT key_epoch FROM outbox_events WHERE recipient = ? ORDER BY seq LIMIT 1`
+
+// inboxKeys returns agentID's keys from the oldest retained epoch (at most
+// MaxInboxKeys back) to current.
+func (s *Service) inboxKeys(ctx context.Context, agentID string, current int) ([]InboxKey, error) {
+	oldest := current
+	err := s.DB.QueryRowContext(ctx, oldestEpochSQL, agentID).Scan(&oldest)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	oldest = max(min(oldest, current), current-MaxInboxKeys+1, 1)
+	keys := make([]InboxKey, 0, current-oldest+1)
+	for e := oldest; e <= current; e++ {
+		keys = append(keys, InboxKey{KeyEpoch: e, Key: base64.StdEncoding.EncodeToString(s.Sealer.AgentKey(agentID, e))})
+	}
+	return keys, nil
 }
 
 var errBadKey = mesh.Errorf(mesh.KindUnauthorized, "invalid_api_key", "the API key is unknown, revoked or malformed")
 
-// IssueToken exchanges an API key for a JWT and the agent's inbox key. The
+// IssueToken exchanges an API key for a JWT, the agent's routing id and its
+// inbox keys. The
 // exchange spends one request of the agent's rate budget, so a leaked key
 // cannot be used to hammer the database through this public route either.
 func (s *Service) IssueToken(ctx context.Context, apiKey string) (TokenResponse, error) {
@@ -71,14 +111,17 @@ FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, ke
 	if err := TakeRate(ctx, s.DB, agentID, s.now()); err != nil {
 		return TokenResponse{}, err
 	}
+	keys, err := s.inboxKeys(ctx, agentID, epoch)
+	if err != nil {
+		return TokenResponse{}, err
+	}
 	tok, err := s.sign(agentID, keyID)
 	if err != nil {
 		return TokenResponse{}, err
 	}
 	return TokenResponse{
 		Token: tok, TokenType: "Bearer", ExpiresIn: int(s.TokenTTL.Seconds()), AgentID: agentID,
-		InboxKey: base64.StdEncoding.EncodeToString(s.Sealer.AgentKey(agentID, epoch)), KeyEpoch: epoch,
-		Kafka: s.Kafka,
+		RoutingID: s.Sealer.RoutingID(agentID), InboxKeys: keys, Kafka: s.Kafka,
 	}, nil
 }
 

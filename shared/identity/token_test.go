@@ -2,7 +2,10 @@ package identity
 
 import (
 	"context"
+	"database/sql"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
 // jwtService is a Service without a database: enough for verifyToken.
@@ -224,8 +228,8 @@ func TestKeysAndTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 		old := base64.StdEncoding.EncodeToString(s.Sealer.AgentKey("keyed", 1))
-		if tok.KeyEpoch != 2 || tok.InboxKey == old {
-			t.Fatalf("token after a revocation: epoch %d, same inbox key as before: %v", tok.KeyEpoch, tok.InboxKey == old)
+		if cur := tok.InboxKeys[len(tok.InboxKeys)-1]; cur.KeyEpoch != 2 || cur.Key == old {
+			t.Fatalf("token after a revocation: epoch %d, same inbox key as before: %v", cur.KeyEpoch, cur.Key == old)
 		}
 	})
 	step("revoking another agent's key is a 404", func(t *testing.T) {
@@ -251,8 +255,9 @@ func TestKeysAndTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after.KeyEpoch != 3 || after.InboxKey == before.InboxKey {
-			t.Fatalf("inbox key did not rotate: epoch %d", after.KeyEpoch)
+		cur, prev := after.InboxKeys[len(after.InboxKeys)-1], before.InboxKeys[len(before.InboxKeys)-1]
+		if cur.KeyEpoch != 3 || cur.Key == prev.Key {
+			t.Fatalf("inbox key did not rotate: epoch %d", cur.KeyEpoch)
 		}
 	})
 	step("rotating with revoke_existing alone still retires the inbox key", func(t *testing.T) {
@@ -287,6 +292,82 @@ func TestKeysAndTokens(t *testing.T) {
 			if _, _, err := s.CreateAgent(ctx, bad, ""); mesh.AsError(err).Code != "invalid_agent_id" {
 				t.Fatalf("%q: %v", bad, err)
 			}
+		}
+	})
+}
+
+// TestTokenCarriesEveryRetainedInboxKey: the token holds the routing id and
+// the inbox keys from the epoch of the oldest event the agent's outbox still
+// holds to the current one, so a rotation or revocation never strands mail.
+func TestTokenCarriesEveryRetainedInboxKey(t *testing.T) {
+	s, _, _ := newTestService(t)
+	ctx := context.Background()
+	key, _ := newAgent(t, s, "keeper")
+	write := func(t *testing.T) {
+		t.Helper()
+		err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
+			return outbox.Append(ctx, tx, []outbox.Event{{Type: mesh.EventMessage, To: "keeper", From: "x", TaskID: "t", ContextID: "c",
+				MessageID: outbox.NewEventID(), OccurredAt: time.Now(), Body: json.RawMessage(`{}`)}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotate := func(t *testing.T) {
+		t.Helper()
+		if _, err := s.RotateKey(ctx, "keeper", RotateOptions{RotateInboxKey: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epochs := func(t *testing.T) []int {
+		t.Helper()
+		tok, err := s.IssueToken(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.RoutingID != s.Sealer.RoutingID("keeper") {
+			t.Fatalf("routing id %q, want the sealer's", tok.RoutingID)
+		}
+		var out []int
+		for _, k := range tok.InboxKeys {
+			if k.Key != base64.StdEncoding.EncodeToString(s.Sealer.AgentKey("keeper", k.KeyEpoch)) {
+				t.Fatalf("key of epoch %d is not the agent's", k.KeyEpoch)
+			}
+			out = append(out, k.KeyEpoch)
+		}
+		return out
+	}
+	t.Run("with an empty inbox the token holds the current key only", func(t *testing.T) {
+		if got := epochs(t); fmt.Sprint(got) != "[1]" {
+			t.Fatalf("epochs %v", got)
+		}
+	})
+	t.Run("after rotations it holds every epoch since the oldest retained event", func(t *testing.T) {
+		write(t) // seq 1 under epoch 1
+		rotate(t)
+		rotate(t) // epoch 3
+		write(t)  // seq 2 under epoch 3
+		if got := epochs(t); fmt.Sprint(got) != "[1 2 3]" {
+			t.Fatalf("epochs %v, want [1 2 3]", got)
+		}
+	})
+	t.Run("epochs older than the oldest retained event are left out", func(t *testing.T) {
+		if _, err := s.DB.ExecContext(ctx, "DELETE FROM outbox_events WHERE recipient = 'keeper' AND seq = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := epochs(t); fmt.Sprint(got) != "[3]" {
+			t.Fatalf("epochs %v, want [3]", got)
+		}
+	})
+	t.Run("the number of keys is bounded, newest kept", func(t *testing.T) {
+		// An old retained event under epoch 3, and many rotations since.
+		write(t)
+		if _, err := s.DB.ExecContext(ctx, "UPDATE agents SET key_epoch = key_epoch + ? WHERE agent_id = 'keeper'", MaxInboxKeys+2); err != nil {
+			t.Fatal(err)
+		}
+		got := epochs(t)
+		if len(got) != MaxInboxKeys || got[len(got)-1] != MaxInboxKeys+5 {
+			t.Fatalf("%d keys up to epoch %d, want %d up to %d", len(got), got[len(got)-1], MaxInboxKeys, MaxInboxKeys+5)
 		}
 	})
 }

@@ -97,27 +97,32 @@ type UndeliverableBody struct {
 	OriginalType string `json:"original_type"`
 }
 
-// EnvelopeVersion is the current value of Envelope.V.
-const EnvelopeVersion = 1
+// EnvelopeVersion is the current value of Envelope.V: envelope v2, whose
+// Kafka record (seal.Record) shows nothing but the version, the key epoch
+// and a bucket-sized sealed blob under the recipient's opaque routing id.
+const EnvelopeVersion = 2
 
-// Envelope is the Kafka record value and the item of GET /v1/inbox. On Kafka
-// the body travels only in Sealed (encrypted for the recipient); the inbox API
-// returns it opened in Body and omits Sealed.
+// Envelope is one event for one recipient: the item of GET /v1/inbox, and,
+// sealed whole with its body (seal.SealEvent), the content of a Kafka
+// record. Nothing of it travels in clear on the shared topic.
 type Envelope struct {
-	V          int             `json:"v"`
-	EventID    string          `json:"event_id"`
-	Seq        int64           `json:"seq"`
-	Type       string          `json:"type"`
-	To         string          `json:"to"`
-	From       string          `json:"from"`
-	TaskID     string          `json:"task_id"`
-	ContextID  string          `json:"context_id"`
-	GroupID    string          `json:"group_id,omitempty"`
-	MessageID  string          `json:"message_id"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	KeyEpoch   int             `json:"key_epoch"`
-	Sealed     string          `json:"sealed,omitempty"`
-	Body       json.RawMessage `json:"body,omitempty"`
+	V          int       `json:"v"`
+	EventID    string    `json:"event_id"`
+	Seq        int64     `json:"seq"`
+	Type       string    `json:"type"`
+	To         string    `json:"to"`
+	From       string    `json:"from"`
+	TaskID     string    `json:"task_id"`
+	ContextID  string    `json:"context_id"`
+	GroupID    string    `json:"group_id,omitempty"`
+	MessageID  string    `json:"message_id"`
+	OccurredAt time.Time `json:"occurred_at"`
+	KeyEpoch   int       `json:"key_epoch"`
+	// TraceID is the X-Ray trace of the write that created the event, when
+	// it had one; on Kafka it travels inside the sealed event, never in a
+	// header.
+	TraceID string          `json:"trace_id,omitempty"`
+	Body    json.RawMessage `json:"body,omitempty"`
 	// Status is the delivery state in the inbox API (pending, sent, failed);
 	// not part of the Kafka record.
 	Delivery string `json:"delivery,omitempty"`

@@ -134,36 +134,62 @@ type KafkaInfo struct {
 	Auth    string   `json:"auth"`
 }
 
-// Token is the answer of POST /v1/auth/token. Token and InboxKey are
+// Token is the answer of POST /v1/auth/token. Token and the inbox keys are
 // secrets: the type's String and LogValue redact them.
 type Token struct {
-	Token     string    `json:"token"`
-	TokenType string    `json:"token_type,omitempty"`
-	ExpiresIn int       `json:"expires_in"`
-	AgentID   string    `json:"agent_id"`
-	InboxKey  string    `json:"inbox_key"`
-	KeyEpoch  int       `json:"key_epoch"`
-	Kafka     KafkaInfo `json:"kafka"`
+	Token     string `json:"token"`
+	TokenType string `json:"token_type,omitempty"`
+	ExpiresIn int    `json:"expires_in"`
+	AgentID   string `json:"agent_id"`
+	// RoutingID is the agent's opaque record key on the inbox topic.
+	RoutingID string `json:"routing_id"`
+	// InboxKeys are the agent's keys of every epoch still in retention,
+	// oldest first; the last is the current one.
+	InboxKeys []InboxKey `json:"inbox_keys"`
+	Kafka     KafkaInfo  `json:"kafka"`
 }
 
-// Key decodes InboxKey (base64 of 32 bytes): the agent's AES-GCM key for
-// envelopes sealed under KeyEpoch.
-func (t Token) Key() ([]byte, error) {
-	k, err := base64.StdEncoding.DecodeString(t.InboxKey)
-	if err != nil || len(k) != 32 {
-		return nil, errors.New("meshclient: inbox_key is not base64 of 32 bytes")
+// InboxKey is the agent's AES-256-GCM key (base64 of 32 bytes) for the
+// records sealed under KeyEpoch.
+type InboxKey struct {
+	KeyEpoch int    `json:"key_epoch"`
+	Key      string `json:"key"`
+}
+
+// Keys decodes the inbox keys by epoch, as seal.OpenEvent takes them.
+func (t Token) Keys() (map[int][]byte, error) {
+	if len(t.InboxKeys) == 0 {
+		return nil, errors.New("meshclient: the token response holds no inbox key")
 	}
-	return k, nil
+	out := make(map[int][]byte, len(t.InboxKeys))
+	for _, k := range t.InboxKeys {
+		b, err := base64.StdEncoding.DecodeString(k.Key)
+		if err != nil || len(b) != 32 || k.KeyEpoch < 1 {
+			return nil, errors.New("meshclient: an inbox key is not base64 of 32 bytes with an epoch from 1")
+		}
+		out[k.KeyEpoch] = b
+	}
+	return out, nil
+}
+
+// KeyEpoch is the agent's current inbox key epoch: the newest the token
+// holds a key for (0 without keys).
+func (t Token) KeyEpoch() int {
+	e := 0
+	for _, k := range t.InboxKeys {
+		e = max(e, k.KeyEpoch)
+	}
+	return e
 }
 
 // String redacts the secrets.
 func (t Token) String() string {
-	return fmt.Sprintf("Token{agent_id:%s key_epoch:%d expires_in:%d token:[redacted] inbox_key:[redacted]}", t.AgentID, t.KeyEpoch, t.ExpiresIn)
+	return fmt.Sprintf("Token{agent_id:%s key_epoch:%d inbox_keys:%d expires_in:%d token:[redacted] keys:[redacted]}", t.AgentID, t.KeyEpoch(), len(t.InboxKeys), t.ExpiresIn)
 }
 
 // LogValue redacts the secrets in structured logs.
 func (t Token) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("agent_id", t.AgentID), slog.Int("key_epoch", t.KeyEpoch), slog.Int("expires_in", t.ExpiresIn))
+	return slog.GroupValue(slog.String("agent_id", t.AgentID), slog.Int("key_epoch", t.KeyEpoch()), slog.Int("expires_in", t.ExpiresIn))
 }
 
 // refreshMargin is how long before expiry a cached token is replaced.
@@ -199,10 +225,10 @@ func (c *Client) fetchTokenLocked(ctx context.Context) (Token, error) {
 	if err != nil {
 		return Token{}, err
 	}
-	if t.Token == "" || t.AgentID == "" || t.ExpiresIn <= 0 {
-		return Token{}, errors.New("meshclient: token response lacks token, agent_id or expires_in")
+	if t.Token == "" || t.AgentID == "" || t.RoutingID == "" || t.ExpiresIn <= 0 {
+		return Token{}, errors.New("meshclient: token response lacks token, agent_id, routing_id or expires_in")
 	}
-	if _, err := t.Key(); err != nil {
+	if _, err := t.Keys(); err != nil {
 		return Token{}, err
 	}
 	c.tok = &t

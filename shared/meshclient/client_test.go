@@ -62,7 +62,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tok := fmt.Sprintf("tok-%d", f.issued)
 		ttl := f.ttl
 		f.mu.Unlock()
-		writeJSON(w, 200, Token{Token: tok, ExpiresIn: ttl, AgentID: "alice", InboxKey: testInboxKey, KeyEpoch: 1,
+		writeJSON(w, 200, Token{Token: tok, ExpiresIn: ttl, AgentID: "alice", RoutingID: "rt-alice", InboxKeys: []InboxKey{{KeyEpoch: 1, Key: testInboxKey}},
 			Kafka: KafkaInfo{Brokers: []string{"b:9092"}, Topic: "inbox.events", Auth: "none"}})
 		return
 	}
@@ -412,9 +412,9 @@ func TestTokenIsCachedAndRefreshedBeforeExpiry(t *testing.T) {
 	if err != nil || tok.Token != "tok-2" {
 		t.Fatalf("token not refreshed 4 minutes before expiry: %v %v", tok.Token, err)
 	}
-	key, err := tok.Key()
-	if err != nil || len(key) != 32 || tok.AgentID != "alice" || tok.Kafka.Topic != "inbox.events" {
-		t.Errorf("token decoded badly: %v key=%d err=%v", tok, len(key), err)
+	keys, err := tok.Keys()
+	if err != nil || len(keys[1]) != 32 || tok.KeyEpoch() != 1 || tok.RoutingID != "rt-alice" || tok.AgentID != "alice" || tok.Kafka.Topic != "inbox.events" {
+		t.Errorf("token decoded badly: %v key=%d err=%v", tok, len(keys[1]), err)
 	}
 }
 
@@ -429,7 +429,7 @@ func TestSecretsNeverReachLogs(t *testing.T) {
 	}
 	log.Info("got token", "token", tok)
 	log.Info("printed", "s", fmt.Sprint(tok), "v", fmt.Sprintf("%v %+v %s", tok, tok, tok))
-	for _, secret := range []string{tok.Token, tok.InboxKey, "amk_good"} {
+	for _, secret := range []string{tok.Token, tok.InboxKeys[0].Key, "amk_good"} {
 		if strings.Contains(buf.String(), secret) {
 			t.Errorf("log contains a secret %q: %s", secret, buf.String())
 		}

@@ -102,15 +102,29 @@ type TaskArtifact struct {
 	CreatedAt  time.Time   `json:"created_at"`
 }
 
-// TaskDetail is a task with its history, as GET /v1/tasks/{id} returns it.
+// TaskDetail is a task with its recent history, as GET /v1/tasks/{id}
+// returns it: a bounded slice, however long the task grew.
 type TaskDetail struct {
 	Task
-	Messages  []TaskMessage  `json:"messages"`
-	Artifacts []TaskArtifact `json:"artifacts"`
+	// Messages are the most recent messages (status notes included), in the
+	// order they were written.
+	Messages []TaskMessage `json:"messages"`
+	// EarlierMessages counts the messages before Messages: TaskMessages
+	// pages the whole history from the first.
+	EarlierMessages int `json:"earlier_messages"`
+	// MessagesNextAfter is the cursor after the last listed message: passed
+	// to TaskMessages it returns what was written since.
+	MessagesNextAfter string `json:"messages_next_after,omitempty"`
+	// Artifacts are the most recent artifacts; EarlierArtifacts counts those
+	// before them.
+	Artifacts        []TaskArtifact `json:"artifacts"`
+	EarlierArtifacts int            `json:"earlier_artifacts"`
 }
 
-// GetTask returns a task the agent takes part in, with its messages and
-// artifacts in the order they were written. Another agent's task is a 404.
+// GetTask returns a task the agent takes part in, with its most recent
+// messages and artifacts in the order they were written (EarlierMessages
+// says how many messages TaskMessages has before them). Another agent's
+// task is a 404.
 func (c *Client) GetTask(ctx context.Context, taskID string) (TaskDetail, error) {
 	if taskID == "" {
 		return TaskDetail{}, errors.New("meshclient: GetTask needs a task id")
@@ -118,6 +132,32 @@ func (c *Client) GetTask(ctx context.Context, taskID string) (TaskDetail, error)
 	var t TaskDetail
 	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks/" + url.PathEscape(taskID), auth: true, retry: true}, &t)
 	return t, err
+}
+
+// MaxTaskMessagesLimit is the largest page of TaskMessages the API serves.
+const MaxTaskMessagesLimit = 200
+
+// TaskMessagePage is one page of a task's whole message history.
+type TaskMessagePage struct {
+	Messages []TaskMessage `json:"messages"`
+	// NextAfter is the cursor for the next page (the given one when the
+	// page is empty).
+	NextAfter string `json:"next_after"`
+	// More says more messages follow NextAfter now.
+	More bool `json:"more"`
+}
+
+// TaskMessages pages a task's messages in the order they were written,
+// after the cursor ("" = from the first), at most limit (0 = the server's
+// default; at most MaxTaskMessagesLimit) and bounded by size by the server.
+func (c *Client) TaskMessages(ctx context.Context, taskID, after string, limit int) (TaskMessagePage, error) {
+	if taskID == "" {
+		return TaskMessagePage{}, errors.New("meshclient: TaskMessages needs a task id")
+	}
+	var p TaskMessagePage
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks/" + url.PathEscape(taskID) + "/messages",
+		query: pageQuery(after, min(limit, MaxTaskMessagesLimit)), auth: true, retry: true}, &p)
+	return p, err
 }
 
 // TaskQuery filters GET /v1/tasks; zero fields do not filter.

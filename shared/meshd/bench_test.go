@@ -124,13 +124,12 @@ func produceBacklog(b *testing.B, brokers []string, topic string, sealer *seal.S
 				V: mesh.EnvelopeVersion, EventID: "ev-" + s, Seq: int64(seq), Type: mesh.EventMessage, To: "bob", From: "alice",
 				TaskID: "task-" + s, ContextID: "ctx-1", MessageID: "msg-" + s, OccurredAt: time.Now().UTC(), KeyEpoch: 1,
 			}
-			sealed, err := sealer.Seal(env.To, env.KeyEpoch, body, seal.AAD(env))
+			env.Body = body
+			key, value, err := sealer.SealEvent(env)
 			if err != nil {
 				b.Fatal(err)
 			}
-			env.Sealed = sealed
-			value, _ := json.Marshal(env)
-			recs = append(recs, &kgo.Record{Key: []byte(env.To), Value: value})
+			recs = append(recs, &kgo.Record{Key: key, Value: value})
 		}
 		if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 			b.Fatal(fmt.Errorf("produce the backlog: %w", err))

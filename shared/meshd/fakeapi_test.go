@@ -125,10 +125,15 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		epoch := f.epoch
 		f.mu.Unlock()
+		// Like the mesh: the keys of every epoch from the oldest retained
+		// event's to the current one.
+		keys := []meshclient.InboxKey{}
+		for e := 1; e <= epoch; e++ {
+			keys = append(keys, meshclient.InboxKey{KeyEpoch: e, Key: base64.StdEncoding.EncodeToString(f.sealer.AgentKey(f.agent, e))})
+		}
 		writeJSON(w, 200, meshclient.Token{
-			Token: "tok", ExpiresIn: 3600, AgentID: f.agent, KeyEpoch: epoch,
-			InboxKey: base64.StdEncoding.EncodeToString(f.sealer.AgentKey(f.agent, epoch)),
-			Kafka:    meshclient.KafkaInfo{Brokers: f.brokers, Topic: f.topic, Auth: "none"},
+			Token: "tok", ExpiresIn: 3600, AgentID: f.agent, RoutingID: f.sealer.RoutingID(f.agent), InboxKeys: keys,
+			Kafka: meshclient.KafkaInfo{Brokers: f.brokers, Topic: f.topic, Auth: "none"},
 		})
 	case "GET /v1/inbox":
 		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)

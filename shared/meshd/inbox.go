@@ -2,6 +2,7 @@ package meshd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,58 +12,91 @@ import (
 	"github.com/agentmesh/agentmesh/shared/seal"
 )
 
-// errExpired: the inbox API no longer holds the event (retention).
-var errExpired = errors.New("meshd: the event is past the inbox retention")
-
-// open decrypts env's body with the agent's key; when the epoch differs or
-// the body does not open, it reads that event from the inbox API (MySQL is
-// the source of truth).
-func (r *runner) open(ctx context.Context, env mesh.Envelope) (mesh.Envelope, error) {
-	tok, err := r.cfg.API.Token(ctx)
-	if err == nil && env.KeyEpoch > tok.KeyEpoch {
-		// The agent's key was rotated since our token was issued.
-		tok, err = r.cfg.API.RefreshToken(ctx)
+// open opens a record of this agent's routing id with the token's inbox
+// keys. A record sealed under an epoch newer than the token knows (the key
+// was rotated or revoked since) makes it fetch a new token, whose keys it
+// tries once.
+func (r *runner) open(ctx context.Context, value []byte) (mesh.Envelope, error) {
+	keys, current, err := r.inboxKeys(ctx, false)
+	if err != nil {
+		return mesh.Envelope{}, err
 	}
-	if err == nil && env.KeyEpoch == tok.KeyEpoch && env.Sealed != "" {
-		key, kerr := tok.Key()
-		if kerr == nil {
-			body, oerr := seal.Open(key, env.Sealed, seal.AAD(env))
-			if oerr == nil {
-				env.Body, env.Sealed = body, ""
-				return env, nil
-			}
-			err = oerr
-		} else {
-			err = kerr
-		}
-	} else if err == nil && env.Sealed == "" {
-		err = errors.New("the record carries no sealed body")
-	} else if err == nil {
-		err = fmt.Errorf("sealed under key epoch %d, the token has epoch %d", env.KeyEpoch, tok.KeyEpoch)
+	env, err := seal.OpenEvent(keys, r.routingID, value)
+	if !errors.Is(err, seal.ErrNoKey) {
+		return env, err
 	}
-	r.log.Info("cannot open the Kafka copy; reading the event from the inbox API", "seq", env.Seq, "reason", err)
-	return r.fetchOne(ctx, env.Seq)
+	var rec seal.Record
+	if json.Unmarshal(value, &rec) != nil || rec.KeyEpoch <= current || rec.KeyEpoch <= r.refreshedFor {
+		return env, err // an epoch older than the token's keys, or one a refresh did not bring
+	}
+	r.refreshedFor = rec.KeyEpoch
+	r.log.Info("a record is sealed under a newer inbox key epoch; fetching a new token", "key_epoch", rec.KeyEpoch, "token_key_epoch", current)
+	if keys, _, err = r.inboxKeys(ctx, true); err != nil {
+		return mesh.Envelope{}, err
+	}
+	return seal.OpenEvent(keys, r.routingID, value)
 }
 
-// fetchOne reads event seq from the inbox API, retrying transient failures.
-func (r *runner) fetchOne(ctx context.Context, seq int64) (mesh.Envelope, error) {
-	for attempt := 1; ; attempt++ {
-		page, err := r.cfg.API.Inbox(ctx, seq-1, 1, 0)
-		if err == nil {
-			if len(page.Events) > 0 && page.Events[0].Seq == seq {
-				return page.Events[0], nil
-			}
-			if page.OldestSeq > seq {
-				// Retrying cannot bring it back.
-				return mesh.Envelope{}, fmt.Errorf("%w: seq %d, oldest retained %d", errExpired, seq, page.OldestSeq)
-			}
-			err = fmt.Errorf("the inbox API did not return seq %d", seq)
-		} else if fatal(err) {
-			return mesh.Envelope{}, err
+// inboxKeys returns the token's inbox keys by epoch and the current epoch,
+// decoded once per token; refresh fetches a new token first.
+func (r *runner) inboxKeys(ctx context.Context, refresh bool) (map[int][]byte, int, error) {
+	get := r.cfg.API.Token
+	if refresh {
+		get = r.cfg.API.RefreshToken
+	}
+	tok, err := get(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Two tokens minted within a second can be equal strings: the epochs
+	// are part of what identifies the decoded keys.
+	of := fmt.Sprintf("%s|%d|%d", tok.Token, tok.InboxKeys[0].KeyEpoch, tok.KeyEpoch())
+	if of != r.keysOf || r.keys == nil {
+		if r.keys, err = tok.Keys(); err != nil {
+			return nil, 0, err
 		}
-		r.log.Warn("cannot read an event from the inbox API; retrying", "seq", seq, "attempt", attempt, "err", err)
+		r.keysOf = of
+	}
+	return r.keys, tok.KeyEpoch(), nil
+}
+
+// fromInbox stands in for a record of this agent that does not open (sealed
+// under an epoch no longer in the token, damaged): the record's content,
+// seq included, is unreadable, but records of one recipient come in seq
+// order, so it stands for the next unhandled event or repeats a handled
+// one. It delivers that next event from the inbox API (MySQL is the source
+// of truth) when there is one, reports it lost when retention removed it,
+// and otherwise skips the record as a repeat.
+func (r *runner) fromInbox(ctx context.Context, offset int64) error {
+	next := r.state.LastSeq + 1
+	for attempt := 1; ; attempt++ {
+		page, err := r.cfg.API.Inbox(ctx, r.state.LastSeq, 1, 0)
+		if err == nil {
+			switch {
+			case len(page.Events) > 0 && page.Events[0].Seq == next:
+				return r.deliver(ctx, page.Events[0], offset)
+			case page.OldestSeq > next:
+				// Kafka kept the record longer than MySQL kept the event:
+				// nothing can deliver it any more.
+				r.log.Error("events expired before they were handled; they cannot be delivered",
+					"from_seq", next, "to_seq", next, "oldest_retained", page.OldestSeq)
+				r.state.LastSeq, r.state.Offset = next, offset
+				if err := r.persist(); err != nil {
+					return err
+				}
+				r.handled.Store(next)
+				return nil
+			case len(page.Events) == 0:
+				r.state.Offset, r.dirty = offset, true // a repeat of a handled event
+				return nil
+			}
+			err = fmt.Errorf("%w: have %d, next is %d, oldest retained %d", errInboxGap, r.state.LastSeq, page.Events[0].Seq, page.OldestSeq)
+		} else if fatal(err) {
+			return err
+		}
+		r.log.Warn("cannot read the next event from the inbox API; retrying", "seq", next, "attempt", attempt, "err", err)
 		if !r.sleep(ctx, attempt) {
-			return mesh.Envelope{}, errStop
+			return errStop
 		}
 	}
 }

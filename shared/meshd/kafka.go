@@ -2,15 +2,14 @@ package meshd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/agentmesh/agentmesh/shared/kafka"
-	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 )
 
@@ -78,7 +77,7 @@ func (r *runner) openConsumer(ctx context.Context, t *kafkaTarget) (*kgo.Client,
 	if err != nil {
 		return nil, 0, err
 	}
-	part := kafka.PartitionFor(r.agentID, int(n))
+	part := kafka.PartitionFor(r.routingID, int(n))
 	cl, err := r.consumer(ctx, t.opts, t.topic, part)
 	if err != nil {
 		return nil, 0, err
@@ -248,22 +247,27 @@ func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) erro
 }
 
 // onRecord handles one Kafka record: skip what is not ours or already
-// handled, fill a gap from the inbox API, open the body, deliver.
+// handled, open it, fill a gap from the inbox API, deliver. A record of
+// ours that does not open is replaced by the inbox API's copy.
 func (r *runner) onRecord(ctx context.Context, rec *kgo.Record) error {
 	skip := func() error {
 		r.state.Offset = rec.Offset
 		r.dirty = true
 		return nil
 	}
-	var env mesh.Envelope
-	if err := json.Unmarshal(rec.Value, &env); err != nil {
-		// Not an envelope: it cannot carry one of our seqs in a readable
-		// way; if it was ours, the next record's gap brings it from MySQL.
-		r.log.Warn("skipping an undecodable Kafka record", "offset", rec.Offset, "err", err)
-		return skip()
-	}
-	if env.To != r.agentID {
+	if string(rec.Key) != r.routingID {
 		return skip() // another agent's mail on the shared partition
+	}
+	env, err := r.open(ctx, rec.Value)
+	if err == nil && env.To != r.agentID {
+		err = fmt.Errorf("the sealed event names recipient %q", env.To)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return errStop
+		}
+		r.log.Info("cannot open a Kafka record of this agent; reading the next event from the inbox API", "offset", rec.Offset, "reason", err)
+		return r.fromInbox(ctx, rec.Offset)
 	}
 	if env.Seq <= r.state.LastSeq {
 		return skip() // a duplicate (dispatcher retry) or a re-read
@@ -277,21 +281,5 @@ func (r *runner) onRecord(ctx context.Context, rec *kgo.Record) error {
 			return skip() // the catch-up delivered it already
 		}
 	}
-	opened, err := r.open(ctx, env)
-	if errors.Is(err, errExpired) {
-		// Kafka kept the record longer than MySQL kept the event, and the
-		// copy does not open: nothing can deliver it any more.
-		r.log.Error("events expired before they were handled; they cannot be delivered",
-			"from_seq", env.Seq, "to_seq", env.Seq, "err", err)
-		r.state.LastSeq, r.state.Offset = env.Seq, rec.Offset
-		if err := r.persist(); err != nil {
-			return err
-		}
-		r.handled.Store(env.Seq)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return r.deliver(ctx, opened, rec.Offset)
+	return r.deliver(ctx, env, rec.Offset)
 }

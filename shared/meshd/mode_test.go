@@ -13,7 +13,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshd"
 )
@@ -145,7 +144,7 @@ func TestARestartAfterPollModeResumesKafkaAtTheHandledSeq(t *testing.T) {
 		f.api.events[i-1].OccurredAt = env.OccurredAt
 		f.api.mu.Unlock()
 		rec := f.record(env)
-		rec.Timestamp, rec.Partition = env.OccurredAt, kafka.PartitionFor("bob", partitions)
+		rec.Timestamp, rec.Partition = env.OccurredAt, f.bobsPartition()
 		if err := old.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 			t.Fatal(err)
 		}

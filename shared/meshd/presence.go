@@ -60,7 +60,7 @@ func (r *runner) heartbeats(ctx context.Context) {
 			continue
 		}
 		r.serverLast.Store(res.LastSeq)
-		if tok, terr := r.cfg.API.Token(ctx); terr == nil && res.KeyEpoch > tok.KeyEpoch {
+		if tok, terr := r.cfg.API.Token(ctx); terr == nil && res.KeyEpoch > tok.KeyEpoch() {
 			// The agent's inbox key was rotated: fetch the new one now
 			// rather than at the first record that fails to open.
 			if _, err := r.cfg.API.RefreshToken(ctx); err != nil && ctx.Err() == nil {

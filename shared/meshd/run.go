@@ -164,10 +164,20 @@ type runner struct {
 	cfg     Config
 	log     *slog.Logger
 	agentID string
-	mode    atomic.Value // string: ModeKafka or ModePoll, read by heartbeats
-	state   State
-	dirty   bool // state.Offset moved without being persisted
-	flushed time.Time
+	// routingID is the agent's record key on the inbox topic (from the
+	// token): the partition it hashes to is the one consumed.
+	routingID string
+	// keys are the inbox keys of the token keysOf, by epoch; refreshedFor
+	// is the newest record epoch a token refresh was made for, so a record
+	// of an epoch the mesh does not hand out costs one refresh, not one per
+	// record.
+	keys         map[int][]byte
+	keysOf       string
+	refreshedFor int
+	mode         atomic.Value // string: ModeKafka or ModePoll, read by heartbeats
+	state        State
+	dirty        bool // state.Offset moved without being persisted
+	flushed      time.Time
 
 	handled    atomic.Int64 // = state.LastSeq, for heartbeats
 	serverLast atomic.Int64 // newest seq the API reported
@@ -213,7 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil || tok.AgentID == "" {
 		return err // no token: the mesh never heard of this instance
 	}
-	r.agentID = tok.AgentID
+	r.agentID, r.routingID = tok.AgentID, tok.RoutingID
 	r.log = r.log.With("agent_id", r.agentID, "instance_id", cfg.InstanceID)
 	unlock, err := lockState(cfg.StateDir, r.agentID)
 	if err != nil {

@@ -3,6 +3,7 @@ package meshd_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,16 +76,20 @@ func newFixture(t *testing.T, withKafka bool) *fixture {
 	return f
 }
 
-// record seals env like the dispatcher does (key = recipient).
+// record seals env like the dispatcher does (envelope v2: key = the
+// recipient's routing id, the whole event sealed).
 func (f *fixture) record(env mesh.Envelope) *kgo.Record {
 	f.t.Helper()
-	sealed, err := f.sealer.Seal(env.To, env.KeyEpoch, env.Body, seal.AAD(env))
+	key, value, err := f.sealer.SealEvent(env)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	env.Body, env.Sealed = nil, sealed
-	value, _ := json.Marshal(env)
-	return &kgo.Record{Key: []byte(env.To), Value: value}
+	return &kgo.Record{Key: key, Value: value}
+}
+
+// bobsPartition is the partition bob's routing id hashes to.
+func (f *fixture) bobsPartition() int32 {
+	return kafka.PartitionFor(f.sealer.RoutingID("bob"), partitions)
 }
 
 // produce publishes records in order and waits for the acks.
@@ -96,11 +101,11 @@ func (f *fixture) produce(recs ...*kgo.Record) {
 }
 
 // neighbour is another agent whose records land on bob's partition.
-func neighbour(t *testing.T) string {
-	want := kafka.PartitionFor("bob", partitions)
+func (f *fixture) neighbour(t *testing.T) string {
+	want := f.bobsPartition()
 	for i := 0; i < 1000; i++ {
 		id := fmt.Sprintf("carol-%d", i)
-		if kafka.PartitionFor(id, partitions) == want {
+		if kafka.PartitionFor(f.sealer.RoutingID(id), partitions) == want {
 			return id
 		}
 	}
@@ -134,8 +139,8 @@ func (h *recorder) Handle(ctx context.Context, env mesh.Envelope) error {
 	var body struct {
 		Parts []mesh.Part `json:"parts"`
 	}
-	if err := json.Unmarshal(env.Body, &body); err != nil || len(body.Parts) != 1 || env.Sealed != "" {
-		return fmt.Errorf("handler got a body that is not opened: %q sealed=%q", env.Body, env.Sealed)
+	if err := json.Unmarshal(env.Body, &body); err != nil || len(body.Parts) != 1 || env.V != mesh.EnvelopeVersion {
+		return fmt.Errorf("handler got a body that is not opened: %q (v%d)", env.Body, env.V)
 	}
 	h.mu.Lock()
 	h.seqs = append(h.seqs, env.Seq)
@@ -228,14 +233,14 @@ func seqs(from, to int64) []int64 {
 
 func TestKafkaDeliveryIsInOrderAndExactlyOnce(t *testing.T) {
 	f := newFixture(t, true)
-	carol := neighbour(t)
+	carol := f.neighbour(t)
 	var recs []*kgo.Record
 	for i := 1; i <= 20; i++ {
 		recs = append(recs, f.record(f.api.add(mesh.EventMessage, "alice", fmt.Sprintf("m%d", i))))
 		if i%4 == 0 {
 			// Mail for another agent on the same partition, sealed for it,
 			// whose seq is the one bob expects next.
-			other := mesh.Envelope{V: 1, EventID: fmt.Sprintf("c%d", i), Seq: int64(i + 1), Type: mesh.EventMessage, To: carol, From: "alice",
+			other := mesh.Envelope{EventID: fmt.Sprintf("c%d", i), Seq: int64(i + 1), Type: mesh.EventMessage, To: carol, From: "alice",
 				KeyEpoch: 1, Body: json.RawMessage(`{"parts":[{"kind":"text","text":"for carol"}]}`)}
 			recs = append(recs, f.record(other))
 		}
@@ -275,7 +280,7 @@ func TestKafkaDeliveryIsInOrderAndExactlyOnce(t *testing.T) {
 	})
 	t.Run("the state holds the last seq and the last consumed offset", func(t *testing.T) {
 		st := f.state()
-		if st.LastSeq != 20 || st.Offset != int64(len(recs)-1) || st.Topic != f.topic || st.Partition != kafka.PartitionFor("bob", partitions) {
+		if st.LastSeq != 20 || st.Offset != int64(len(recs)-1) || st.Topic != f.topic || st.Partition != f.bobsPartition() {
 			t.Errorf("state = %+v, want last_seq 20, offset %d", st, len(recs)-1)
 		}
 	})
@@ -342,9 +347,10 @@ func TestADuplicateRecordRunsTheHandlerOnce(t *testing.T) {
 
 func TestARestartNeverRerunsHandledEventsAndContinues(t *testing.T) {
 	f := newFixture(t, true)
-	// A record that is not an envelope, at offset 0: re-reading it after a
-	// restart would log the skip again.
-	f.produce(&kgo.Record{Key: []byte("bob"), Value: []byte("not json")})
+	// A record of bob's that does not open, at offset 0 (it stands for seq
+	// 1, read from the inbox API): re-reading it after a restart would log
+	// it again.
+	f.produce(&kgo.Record{Key: []byte(f.sealer.RoutingID("bob")), Value: []byte("not json")})
 	var envs []mesh.Envelope
 	for i := 1; i <= 6; i++ {
 		envs = append(envs, f.api.add(mesh.EventMessage, "alice", fmt.Sprintf("m%d", i)))
@@ -360,7 +366,7 @@ func TestARestartNeverRerunsHandledEventsAndContinues(t *testing.T) {
 	if st := f.state(); st.LastSeq != 3 || st.Offset != 3 {
 		t.Fatalf("state after the first run = %+v, want last_seq 3 offset 3", st)
 	}
-	skipsBefore := strings.Count(f.logs.String(), "undecodable")
+	skipsBefore := strings.Count(f.logs.String(), "cannot open a Kafka record")
 
 	// While meshd is down: new events and a redelivery of an old one.
 	f.produce(f.record(envs[3]), f.record(envs[1]), f.record(envs[4]), f.record(envs[5]))
@@ -379,9 +385,9 @@ func TestARestartNeverRerunsHandledEventsAndContinues(t *testing.T) {
 	})
 	t.Run("the second run resumes after the persisted offset", func(t *testing.T) {
 		if skipsBefore != 1 {
-			t.Fatalf("the first run logged %d undecodable skips, want 1", skipsBefore)
+			t.Fatalf("the first run logged %d unopenable records, want 1", skipsBefore)
 		}
-		if n := strings.Count(f.logs.String(), "undecodable"); n != 1 {
+		if n := strings.Count(f.logs.String(), "cannot open a Kafka record"); n != 1 {
 			t.Errorf("offset 0 was read again after the restart (%d skips logged)", n)
 		}
 	})
@@ -487,14 +493,24 @@ func TestUnopenableRecordsAreReadFromTheInbox(t *testing.T) {
 			env.KeyEpoch = 0
 			return f.record(env)
 		}},
-		{"a record whose sealed body was tampered with", func(f *fixture, env mesh.Envelope) *kgo.Record {
-			env.EventID = "other-event" // AAD mismatch: does not open
+		{"a record whose sealed event was tampered with", func(f *fixture, env mesh.Envelope) *kgo.Record {
 			rec := f.record(env)
-			var e mesh.Envelope
-			_ = json.Unmarshal(rec.Value, &e)
-			e.EventID = "ev-bob-2"
-			rec.Value, _ = json.Marshal(e)
+			var v seal.Record
+			_ = json.Unmarshal(rec.Value, &v)
+			raw, _ := base64.StdEncoding.DecodeString(v.Sealed)
+			raw[len(raw)/2] ^= 1
+			v.Sealed = base64.StdEncoding.EncodeToString(raw)
+			rec.Value, _ = json.Marshal(v)
 			return rec
+		}},
+		{"a record sealed for another agent under bob's routing id", func(f *fixture, env mesh.Envelope) *kgo.Record {
+			env.To = "carol"
+			rec := f.record(env)
+			rec.Key = []byte(f.sealer.RoutingID("bob"))
+			return rec
+		}},
+		{"a record that is not an envelope v2", func(f *fixture, env mesh.Envelope) *kgo.Record {
+			return &kgo.Record{Key: []byte(f.sealer.RoutingID("bob")), Value: []byte(`{"v":1,"to":"bob","seq":2}`)}
 		}},
 	}
 	for _, tc := range cases {
@@ -773,7 +789,7 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _ := meshclient.New(f.apiURL, "amk_test").Token(context.Background())
-	for _, secret := range []string{"amk_test", tok.InboxKey, `"tok"`} {
+	for _, secret := range []string{"amk_test", tok.InboxKeys[0].Key, `"tok"`} {
 		if strings.Contains(f.logs.String(), secret) {
 			t.Errorf("logs contain %q", secret)
 		}

@@ -158,7 +158,7 @@ func TestMCPServer(t *testing.T) {
 			}
 			tools[tool.Name] = tool
 		}
-		want := []string{"mesh_ack", "mesh_check_inbox", "mesh_get_task", "mesh_list_friends", "mesh_list_groups", "mesh_list_tasks", "mesh_reply", "mesh_send_message", "mesh_update_task"}
+		want := []string{"mesh_ack", "mesh_check_inbox", "mesh_get_task", "mesh_get_task_messages", "mesh_list_friends", "mesh_list_groups", "mesh_list_tasks", "mesh_reply", "mesh_send_message", "mesh_update_task"}
 		var names []string
 		for n := range tools {
 			names = append(names, n)
@@ -262,8 +262,15 @@ func TestMCPServer(t *testing.T) {
 			t.Fatalf("alice's inbox %+v; want the reply, then the completion with its note", in)
 		}
 		task := call[meshclient.TaskDetail](t, alice, "mesh_get_task", map[string]any{"task_id": sent.TaskID})
-		if task.Status != "completed" || len(task.Messages) != 3 || task.Messages[0].Parts[0].Text != msg || task.Messages[1].From != "bob" {
-			t.Fatalf("task %+v; want the three messages in order", task)
+		if task.Status != "completed" || len(task.Messages) != 3 || task.Messages[0].Parts[0].Text != msg || task.Messages[1].From != "bob" ||
+			task.EarlierMessages != 0 || task.MessagesNextAfter == "" {
+			t.Fatalf("task %+v; want the three messages in order and a cursor after them", task)
+		}
+		first := call[meshclient.TaskMessagePage](t, alice, "mesh_get_task_messages", map[string]any{"task_id": sent.TaskID, "limit": 2})
+		rest := call[meshclient.TaskMessagePage](t, alice, "mesh_get_task_messages", map[string]any{"task_id": sent.TaskID, "after": first.NextAfter})
+		if len(first.Messages) != 2 || !first.More || first.Messages[0].Parts[0].Text != msg ||
+			len(rest.Messages) != 1 || rest.More || rest.Messages[0].MessageID != task.Messages[2].MessageID {
+			t.Fatalf("history pages %+v then %+v; want 2 (more) then the third", first, rest)
 		}
 		list := call[meshclient.TaskPage](t, bob, "mesh_list_tasks", map[string]any{"status": "completed", "role": "recipient"})
 		if len(list.Tasks) != 1 || list.Tasks[0].TaskID != sent.TaskID {
@@ -378,7 +385,7 @@ func TestMCPServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			secrets[id+"'s API key"] = st.keys[id]
-			secrets[id+"'s inbox key"] = tok.InboxKey
+			secrets[id+"'s inbox key"] = tok.InboxKeys[0].Key
 			// Tokens differ per issue; their signing key id and payload
 			// prefix do not, so any leaked token would contain this.
 			secrets[id+"'s token header"] = strings.SplitN(tok.Token, ".", 2)[0]

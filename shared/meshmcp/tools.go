@@ -25,6 +25,16 @@ const (
 	ToolListGroups  = "mesh_list_groups"
 	ToolGetTask     = "mesh_get_task"
 	ToolListTasks   = "mesh_list_tasks"
+	// ToolTaskMessages pages a task's whole message history, which
+	// mesh_get_task shows only the recent end of.
+	ToolTaskMessages = "mesh_get_task_messages"
+)
+
+// Page sizes of mesh_get_task_messages: small by default because every
+// message lands in the model's context.
+const (
+	DefaultTaskMessagesLimit = 20
+	MaxTaskMessagesLimit     = 50
 )
 
 // Inbox page sizes of mesh_check_inbox: small by default because every
@@ -131,6 +141,13 @@ type GetTaskInput struct {
 	TaskID string `json:"task_id" jsonschema:"the task to show"`
 }
 
+// TaskMessagesInput is the input of mesh_get_task_messages.
+type TaskMessagesInput struct {
+	TaskID string `json:"task_id" jsonschema:"the task whose messages to read"`
+	After  string `json:"after,omitempty" jsonschema:"the next_after of the previous page; omit to start at the first message"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size (default 20)"`
+}
+
 // ListTasksInput is the input of mesh_list_tasks.
 type ListTasksInput struct {
 	Status    string `json:"status,omitempty" jsonschema:"only tasks in this state"`
@@ -198,9 +215,16 @@ func (s *Server) addTools() error {
 		}, s.listGroups, pageSchema),
 		addTool(s, &mcp.Tool{
 			Name:        ToolGetTask,
-			Description: "Show a task you take part in: its state, parties, every message in order (including status notes) and its artifacts.",
+			Description: "Show a task you take part in: its state, parties, its most recent messages in order (including status notes) and artifacts. earlier_messages counts the messages before those shown: read them with mesh_get_task_messages (from the first); messages_next_after, passed there as after, gives what was written since this answer.",
 			Annotations: readOnly,
 		}, s.getTask, nil),
+		addTool(s, &mcp.Tool{
+			Name:        ToolTaskMessages,
+			Description: "Page through all messages of a task you take part in, oldest first (status notes included). Start without after; while more is true, call again with after set to the answer's next_after.",
+			Annotations: readOnly,
+		}, s.taskMessages, func(props schemaProps) {
+			props["limit"].Minimum, props["limit"].Maximum = num(1), num(MaxTaskMessagesLimit)
+		}),
 		addTool(s, &mcp.Tool{
 			Name:        ToolListTasks,
 			Description: "List your tasks, most recent activity first (without their messages; use mesh_get_task for one task's history).",
@@ -491,6 +515,25 @@ func (s *Server) getTask(ctx context.Context, in GetTaskInput) (meshclient.TaskD
 	ctx, cancel := s.bound(ctx, 0)
 	defer cancel()
 	return s.cfg.API.GetTask(ctx, in.TaskID)
+}
+
+func (s *Server) taskMessages(ctx context.Context, in TaskMessagesInput) (meshclient.TaskMessagePage, error) {
+	if in.TaskID == "" {
+		return meshclient.TaskMessagePage{}, badArgs("task_id is required")
+	}
+	if in.Limit < 0 || in.Limit > MaxTaskMessagesLimit {
+		return meshclient.TaskMessagePage{}, badArgs("limit must be from 1 to %d", MaxTaskMessagesLimit)
+	}
+	if in.Limit == 0 {
+		in.Limit = DefaultTaskMessagesLimit
+	}
+	ctx, cancel := s.bound(ctx, 0)
+	defer cancel()
+	page, err := s.cfg.API.TaskMessages(ctx, in.TaskID, in.After, in.Limit)
+	if page.Messages == nil {
+		page.Messages = []meshclient.TaskMessage{}
+	}
+	return page, err
 }
 
 func (s *Server) listTasks(ctx context.Context, in ListTasksInput) (meshclient.TaskPage, error) {

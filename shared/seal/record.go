@@ -76,8 +76,11 @@ func Bucket(n int) int {
 // env.KeyEpoch: the record key (routing id) and value. env is sealed whole
 // (every field and the body), padded with JSON whitespace to a bucket.
 func (s *Sealer) SealEvent(env mesh.Envelope) (key, value []byte, err error) {
+	if env.To == "" {
+		return nil, nil, errors.New("seal: event without a recipient")
+	}
 	env.V = RecordVersion
-	env.Sealed, env.Delivery = "", ""
+	env.Delivery = "" // the inbox API's state, not part of the event
 	plain, err := json.Marshal(env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("seal: encode event: %w", err)

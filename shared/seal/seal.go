@@ -1,7 +1,8 @@
-// Package seal encrypts event bodies per recipient (AES-256-GCM) so that a
-// Kafka consumer can open only its own agent's mail. Each agent's key is
-// derived from one master secret with HKDF-SHA256 over (agent_id, epoch):
-// rotating an agent's epoch revokes that agent's key alone.
+// Package seal encrypts events per recipient (AES-256-GCM) so that a Kafka
+// consumer can open only its own agent's mail and learns nothing of anyone
+// else's (envelope v2, record.go). Each agent's key is derived from one
+// master secret with HKDF-SHA256 over (agent_id, epoch): bumping an agent's
+// epoch (a rotation or a revocation) retires that agent's key alone.
 package seal
 
 import (
@@ -14,9 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-
-	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 // KeySize is the size of master and derived keys.
@@ -41,12 +39,6 @@ func (s *Sealer) AgentKey(agentID string, epoch int) []byte {
 		panic(err) // only for impossible lengths
 	}
 	return k
-}
-
-// Seal encrypts plaintext for agentID under epoch. aad binds the ciphertext to
-// its envelope (event id and recipient) so it cannot be replayed elsewhere.
-func (s *Sealer) Seal(agentID string, epoch int, plaintext, aad []byte) (string, error) {
-	return SealWithKey(s.AgentKey(agentID, epoch), plaintext, aad)
 }
 
 // SealWithKey encrypts with an already derived key: base64(nonce || ciphertext).
@@ -81,14 +73,6 @@ func Open(key []byte, sealed string, aad []byte) ([]byte, error) {
 		return nil, errors.New("seal: cannot open (wrong key, epoch or tampered)")
 	}
 	return pt, nil
-}
-
-// AAD is the associated data binding a sealed body to the clear fields of
-// its envelope: whoever can write to the topic cannot move a body to another
-// seq, sender, task or type without the recipient noticing.
-func AAD(env mesh.Envelope) []byte {
-	return []byte(strings.Join([]string{"v1", env.EventID, env.To, strconv.FormatInt(env.Seq, 10), env.Type,
-		env.From, env.TaskID, env.ContextID, env.GroupID, env.MessageID, strconv.Itoa(env.KeyEpoch)}, "|"))
 }
 
 func newAEAD(key []byte) (cipher.AEAD, error) {
