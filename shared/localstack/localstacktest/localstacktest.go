@@ -130,16 +130,29 @@ func Start(t testing.TB, o Options) *Stack {
 // answer into out (unless nil); anything but a 2xx fails the test.
 func (st *Stack) AdminPOST(t testing.TB, path string, in, out any) {
 	t.Helper()
-	b, err := json.Marshal(in)
+	st.Call(t, http.MethodPost, path, st.AdminKey, in, out)
+}
+
+// Call sends in (as JSON, unless nil) with method to path, authenticated
+// with bearer (the admin key or an agent's token), and decodes the answer
+// into out (unless nil); anything but a 2xx fails the test.
+func (st *Stack) Call(t testing.TB, method, path, bearer string, in, out any) {
+	t.Helper()
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(method, st.URL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, st.URL+path, bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", "Bearer "+st.AdminKey)
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +161,11 @@ func (st *Stack) AdminPOST(t testing.TB, path string, in, out any) {
 	if resp.StatusCode/100 != 2 {
 		var p bytes.Buffer
 		_, _ = p.ReadFrom(resp.Body)
-		t.Fatalf("POST %s: %s %s", path, resp.Status, p.String())
+		t.Fatalf("%s %s: %s %s", method, path, resp.Status, p.String())
 	}
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			t.Fatalf("POST %s: decoding the answer: %v", path, err)
+			t.Fatalf("%s %s: decoding the answer: %v", method, path, err)
 		}
 	}
 }
