@@ -24,6 +24,12 @@ import (
 // resource as replaced and send a Delete for the "old" one.
 const PhysicalResourceID = "agentmesh-schema"
 
+// MigrationsHashProperty is the custom resource's property holding
+// mysql.MigrationsHash of the migrations the template was written for.
+// CloudFormation calls the function again only when a property changes, so
+// this is what makes a deploy with a new migration run it.
+const MigrationsHashProperty = "MigrationsHash"
+
 // responseMargin is kept back from the Lambda deadline so that a FAILED
 // response still reaches CloudFormation: a function that times out sends
 // nothing, and the stack then waits an hour for its custom resource.
@@ -35,7 +41,9 @@ type Result struct {
 	Applied []int
 	// SchemaVersion is the newest embedded migration.
 	SchemaVersion int
-	Topic         string
+	// MigrationsHash identifies the embedded migrations (mysql.MigrationsHash).
+	MigrationsHash string
+	Topic          string
 	// Partitions is the topic's partition count as the cluster reports it.
 	Partitions int32
 }
@@ -54,6 +62,9 @@ func Apply(ctx context.Context, cfg config.Config) (Result, error) {
 	}
 	if len(migs) > 0 {
 		res.SchemaVersion = migs[len(migs)-1].Version
+	}
+	if res.MigrationsHash, err = mysql.MigrationsHash(); err != nil {
+		return res, err
 	}
 	db, err := mysql.Open(ctx, cfg.MySQLDSN)
 	if err != nil {
@@ -104,6 +115,14 @@ func Handler(getenv config.Getenv, log *slog.Logger) cfn.CustomResourceFunction 
 			ctx, cancel = context.WithDeadline(ctx, deadline.Add(-responseMargin))
 			defer cancel()
 		}
+		// The template names the migrations it expects; code that embeds
+		// others (a template not updated with them, or an old build) must
+		// not report success for a schema it did not apply.
+		if want, _ := ev.ResourceProperties[MigrationsHashProperty].(string); want != "" {
+			if have, err := mysql.MigrationsHash(); err != nil || have != want {
+				return PhysicalResourceID, nil, fmt.Errorf("the template's %s is %s but this build embeds %s: set that value in template.yaml", MigrationsHashProperty, want, have)
+			}
+		}
 		start := time.Now()
 		cfg, err := config.LoadAWS(ctx, getenv)
 		if err != nil {
@@ -135,6 +154,7 @@ func (r Result) data() map[string]any {
 	return map[string]any{
 		"AppliedVersions": strings.Join(applied, ","),
 		"SchemaVersion":   strconv.Itoa(r.SchemaVersion),
+		"MigrationsHash":  r.MigrationsHash,
 		"Topic":           r.Topic,
 		"Partitions":      strconv.Itoa(int(r.Partitions)),
 	}

@@ -311,3 +311,22 @@ func migrationRows(t *testing.T, db *mysql.DB) []string {
 	}
 	return out
 }
+
+func TestTheCustomResourceRefusesATemplateWrittenForOtherMigrations(t *testing.T) {
+	cf := newCloudFormation(t)
+	db, dsn := mysqltest.Empty(t)
+	ev := sampleEvent(t, cf, cfn.RequestCreate)
+	ev.ResourceProperties = map[string]any{deploy.MigrationsHashProperty: "sha256:0000"}
+	invoke(t, map[string]string{"MYSQL_DSN": dsn, "KAFKA_BROKERS": "127.0.0.1:1"}, ev)
+	r := cf.last(t)
+	if r.Status != cfn.StatusFailed || !strings.Contains(r.Reason, "sha256:0000") {
+		t.Fatalf("status %s reason %q, want FAILED naming the template's hash", r.Status, r.Reason)
+	}
+	var n int
+	if err := db.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the refused run created %d tables", n)
+	}
+}

@@ -2,7 +2,9 @@ package mysql
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -27,6 +29,36 @@ func Migrations() ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readMigrations(migrationFS, entries)
+}
+
+// MigrationsHash is the SHA-256 of the embedded migration files (names and
+// contents, in name order), as "sha256:<hex>". template.yaml passes it to the
+// SchemaMigration custom resource, so that a deploy that ships a new or
+// changed migration changes the resource's properties and CloudFormation runs
+// the migrations (a test keeps the two equal).
+func MigrationsHash() (string, error) { return HashMigrations(migrationFS) }
+
+// HashMigrations is MigrationsHash over any tree holding a migrations/
+// directory (tests add a file to see the hash move).
+func HashMigrations(fsys fs.FS) (string, error) {
+	entries, err := fs.ReadDir(fsys, "migrations")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, e := range entries { // ReadDir sorts by name
+		text, err := fs.ReadFile(fsys, "migrations/"+e.Name())
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", e.Name(), len(text))
+		h.Write(text)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func readMigrations(migrationFS fs.FS, entries []fs.DirEntry) ([]Migration, error) {
 	var out []Migration
 	for _, e := range entries {
 		name := e.Name()
@@ -38,7 +70,7 @@ func Migrations() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migration %s: %w", name, err)
 		}
-		text, err := migrationFS.ReadFile("migrations/" + name)
+		text, err := fs.ReadFile(migrationFS, "migrations/"+name)
 		if err != nil {
 			return nil, err
 		}
@@ -118,10 +150,14 @@ func (db *DB) Migrate(ctx context.Context) ([]int, error) {
 		if applied[m.Version] {
 			continue
 		}
-		// DDL commits implicitly in MySQL, so a migration is not atomic; each
-		// file is written so that a failed run can be fixed forward.
+		// DDL commits implicitly in MySQL, so a migration is not atomic: a run
+		// that fails half-way (or whose bookkeeping row is lost) runs the
+		// whole file again. Every statement must therefore be re-runnable:
+		// data statements by construction (INSERT IGNORE, guarded UPDATEs),
+		// DDL because "already exists" / "already gone" is what a second run
+		// of a CREATE or DROP finds, and counts as done.
 		for i, s := range m.Statements {
-			if _, err := conn.ExecContext(ctx, s); err != nil {
+			if _, err := conn.ExecContext(ctx, s); err != nil && !alreadyApplied(err) {
 				return done, fmt.Errorf("migrate %s statement %d: %w", m.Name, i+1, err)
 			}
 		}
@@ -132,4 +168,15 @@ func (db *DB) Migrate(ctx context.Context) ([]int, error) {
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// alreadyApplied reports whether a DDL error means the statement's effect is
+// already there: the table, column or index exists (1050, 1060, 1061), or the
+// thing it drops is gone (1091). Same numbers on MySQL 8.0 and MariaDB.
+func alreadyApplied(err error) bool {
+	switch errNumber(err) {
+	case 1050, 1060, 1061, 1091:
+		return true
+	}
+	return false
 }

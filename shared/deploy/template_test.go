@@ -1,0 +1,199 @@
+package deploy_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/agentmesh/agentmesh/shared/deploy"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+)
+
+// cfnTemplate is a CloudFormation/SAM template as plain maps, with the short
+// intrinsic tags turned into their long form (!Ref X -> {"Ref": "X"},
+// !GetAtt A.B -> {"Fn::GetAtt": "A.B"}, !Sub s -> {"Fn::Sub": s}), so tests
+// can read what refers to what.
+type cfnTemplate struct {
+	Parameters map[string]any
+	Resources  map[string]map[string]any
+	Outputs    map[string]any
+}
+
+func loadTemplate(t *testing.T, rel string) cfnTemplate {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+	top, ok := plain(doc.Content[0]).(map[string]any)
+	if !ok {
+		t.Fatalf("%s is not a mapping", rel)
+	}
+	tpl := cfnTemplate{Resources: map[string]map[string]any{}}
+	tpl.Parameters, _ = top["Parameters"].(map[string]any)
+	tpl.Outputs, _ = top["Outputs"].(map[string]any)
+	res, _ := top["Resources"].(map[string]any)
+	for id, r := range res {
+		m, ok := r.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: resource %s is not a mapping", rel, id)
+		}
+		tpl.Resources[id] = m
+	}
+	return tpl
+}
+
+// plain converts a YAML node to maps, slices and scalars, expanding tags.
+func plain(n *yaml.Node) any {
+	var v any
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := map[string]any{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			m[n.Content[i].Value] = plain(n.Content[i+1])
+		}
+		v = m
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			s[i] = plain(c)
+		}
+		v = s
+	case yaml.AliasNode:
+		return plain(n.Alias)
+	default:
+		v = n.Value
+	}
+	if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+		name := "Fn::" + n.Tag[1:]
+		if n.Tag == "!Ref" {
+			name = "Ref"
+		}
+		return map[string]any{name: v}
+	}
+	return v
+}
+
+// ofType returns the logical ids of the resources of one type, sorted.
+func (c cfnTemplate) ofType(typ string) []string {
+	var ids []string
+	for id, r := range c.Resources {
+		if r["Type"] == typ {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (c cfnTemplate) props(id string) map[string]any {
+	p, _ := c.Resources[id]["Properties"].(map[string]any)
+	return p
+}
+
+// dependsOn lists a resource's DependsOn (a string or a list).
+func (c cfnTemplate) dependsOn(id string) []string {
+	switch d := c.Resources[id]["DependsOn"].(type) {
+	case string:
+		return []string{d}
+	case []any:
+		var out []string
+		for _, x := range d {
+			out = append(out, fmt.Sprint(x))
+		}
+		return out
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTheMigrationRunsBeforeAnythingGoesLive(t *testing.T) {
+	tpl := loadTemplate(t, "template.yaml")
+	migrations := tpl.ofType("Custom::SchemaMigration")
+	if len(migrations) != 1 {
+		t.Fatalf("template.yaml has %d Custom::SchemaMigration resources, want 1", len(migrations))
+	}
+	mig := migrations[0]
+	props := tpl.props(mig)
+	token, _ := props["ServiceToken"].(map[string]any)
+	migrateFn := strings.TrimSuffix(fmt.Sprint(token["Fn::GetAtt"]), ".Arn")
+
+	t.Run("the custom resource carries the hash of the embedded migrations", func(t *testing.T) {
+		want, err := mysql.MigrationsHash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := props[deploy.MigrationsHashProperty]; got != want {
+			t.Fatalf("%s.%s is %v; the code embeds migrations hashing to %s: set that value in template.yaml, so that CloudFormation runs the new migrations on the next deploy",
+				mig, deploy.MigrationsHashProperty, got, want)
+		}
+	})
+
+	t.Run("a failed migration fails the deploy in minutes, not CloudFormation's hour", func(t *testing.T) {
+		if props["ServiceTimeout"] == nil {
+			t.Fatalf("%s has no ServiceTimeout", mig)
+		}
+	})
+
+	t.Run("every function but the migration's own depends on the migration", func(t *testing.T) {
+		fns := tpl.ofType("AWS::Serverless::Function")
+		if len(fns) < 30 || !contains(fns, migrateFn) {
+			t.Fatalf("found functions %v and migration function %q: the template was not read", fns, migrateFn)
+		}
+		for _, fn := range fns {
+			if fn == migrateFn {
+				if contains(tpl.dependsOn(fn), mig) {
+					t.Errorf("%s runs the migration and cannot depend on it", fn)
+				}
+				continue
+			}
+			// Routes and schedules are events of these functions: their
+			// API Gateway integrations and EventBridge rules name the
+			// function's ARN, so they come after it.
+			if !contains(tpl.dependsOn(fn), mig) {
+				t.Errorf("%s does not DependsOn %s: on a first deploy it could serve before the tables exist", fn, mig)
+			}
+		}
+	})
+
+	t.Run("every HTTP API depends on the migration", func(t *testing.T) {
+		apis := append(tpl.ofType("AWS::Serverless::HttpApi"), tpl.ofType("AWS::Serverless::Api")...)
+		if len(apis) == 0 {
+			t.Fatal("no HTTP API in the template")
+		}
+		for _, api := range apis {
+			if !contains(tpl.dependsOn(api), mig) {
+				t.Errorf("%s does not DependsOn %s", api, mig)
+			}
+		}
+	})
+
+	t.Run("nothing else starts work on its own before the migration", func(t *testing.T) {
+		for id, r := range tpl.Resources {
+			switch r["Type"] {
+			case "AWS::Events::Rule", "AWS::Scheduler::Schedule", "AWS::Lambda::EventSourceMapping",
+				"AWS::ApiGatewayV2::Api", "AWS::ApiGatewayV2::Route", "AWS::Lambda::Function":
+				if !contains(tpl.dependsOn(id), mig) {
+					t.Errorf("%s (%s) does not DependsOn %s", id, r["Type"], mig)
+				}
+			}
+		}
+	})
+}
