@@ -253,14 +253,14 @@ func TestARevocationRetiresTheInboxKey(t *testing.T) {
 	})
 	t.Run("the inbox key issued before does not open the event written after", func(t *testing.T) {
 		if env, err := seal.OpenEvent(oldKeys, before.RoutingID, recs[1].Value); !errors.Is(err, seal.ErrNoKey) {
-			t.Fatalf("opened %+v (%v)", env, err)
+			t.Fatalf("opened seq %d (%v)", env.Seq, err)
 		}
 		var rec seal.Record
 		_ = json.Unmarshal(recs[1].Value, &rec)
 		rec.KeyEpoch = before.KeyEpoch()
 		relabelled, _ := json.Marshal(rec)
 		if env, err := seal.OpenEvent(oldKeys, before.RoutingID, relabelled); err == nil {
-			t.Fatalf("relabelled with the old epoch, it opened: %+v", env)
+			t.Fatalf("relabelled with the old epoch, seq %d opened", env.Seq)
 		}
 	})
 	t.Run("a token issued after opens the old and the new events", func(t *testing.T) {
