@@ -144,12 +144,13 @@ GATE_CHECKS = ",".join(["not_a_server_error", "status_code_conformance", "respon
                         "content_type_conformance", "response_headers_conformance", "positive_data_acceptance"])
 
 
-def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, checks, env, log_path):
+def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, checks, env, log_path, workdir):
     cmd = [os.path.join(venv_bin, "schemathesis"), "--config-file", config, "run", spec, "--url", url,
            "--max-examples", str(examples), "--seed", str(seed_value), "--workers", "1",
            "--generation-database", "none", "--no-color", "--checks", checks,
            "--request-timeout", str(REQUEST_TIMEOUT)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # In the private state directory: whatever it writes there goes with it.
+    proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     timer = threading.Timer(FUZZ_TIMEOUT, proc.kill)
     timer.start()
     generated = failures = None
@@ -237,7 +238,7 @@ def main():
         rc, generated, failures = run_schemathesis(
             os.path.dirname(sys.executable), os.path.join(a.root, "openapi.yaml"),
             os.path.join(a.root, "infra", "schemathesis.toml"), url, a.examples, a.seed,
-            a.checks or GATE_CHECKS, env, a.log)
+            a.checks or GATE_CHECKS, env, a.log, state)
         took = time.monotonic() - fuzz_start
         ok = rc == 0
         verdict = "PASS" if ok else "FAIL"
