@@ -134,8 +134,9 @@ type RotateOptions struct {
 	RevokeExisting bool `json:"revoke_existing"`
 	// RotateInboxKey bumps agents.key_epoch: events written from now on are
 	// sealed under a new inbox key, which meshd receives with its next token.
-	// Events already written keep the epoch they were sealed for (still
-	// readable through GET /v1/inbox, which opens them server-side).
+	// Events already written keep the epoch they were sealed for: tokens
+	// carry the keys of every epoch the inbox still holds events of, and
+	// GET /v1/inbox serves them opened.
 	RotateInboxKey bool `json:"rotate_inbox_key"`
 }
 
