@@ -32,6 +32,7 @@ type fakeAPI struct {
 	oldest   int64 // oldest retained seq (0 = all)
 	served   map[int64]int
 	inbox    int
+	tokens   int // token exchanges
 	beats    []string // instance ids, in order
 	offline  int
 	lastBeat time.Time
@@ -124,6 +125,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Lock()
 		epoch := f.epoch
+		f.tokens++
 		f.mu.Unlock()
 		// Like the mesh: the keys of every epoch from the oldest retained
 		// event's to the current one.

@@ -571,6 +571,32 @@ func TestARotatedKeyIsFetchedNotWorkedAround(t *testing.T) {
 	}
 }
 
+// TestAnEpochTheMeshDoesNotHandOutCostsOneRefresh: records sealed under an
+// epoch no token brings (a mesh misconfigured, a forged label) cost one
+// token refresh in all, not one per record, and come from the inbox API.
+func TestAnEpochTheMeshDoesNotHandOutCostsOneRefresh(t *testing.T) {
+	f := newFixture(t, true)
+	var recs []*kgo.Record
+	for i := 1; i <= 4; i++ {
+		e := f.api.add(mesh.EventMessage, "alice", fmt.Sprintf("m%d", i))
+		e.KeyEpoch = 7
+		recs = append(recs, f.record(e))
+	}
+	f.produce(recs...)
+	h := newRecorder()
+	r := f.start(h, nil)
+	h.waitFor(t, 4, 30*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	f.api.mu.Lock()
+	tokens := f.api.tokens
+	f.api.mu.Unlock()
+	if got := h.handled(); !slices.Equal(got, seqs(1, 4)) || tokens != 2 {
+		t.Errorf("handled %v with %d token exchanges, want 1..4 with 2 (the first and one refresh)", got, tokens)
+	}
+}
+
 func TestAMissingNewestEventIsCaughtUpThroughHeartbeats(t *testing.T) {
 	f := newFixture(t, true)
 	e1 := f.api.add(mesh.EventMessage, "alice", "m1")
