@@ -32,7 +32,7 @@ type fakeAPI struct {
 	oldest   int64 // oldest retained seq (0 = all)
 	served   map[int64]int
 	inbox    int
-	tokens   int // token exchanges
+	tokens   int      // token exchanges
 	beats    []string // instance ids, in order
 	offline  int
 	lastBeat time.Time
