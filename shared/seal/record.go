@@ -14,8 +14,9 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
-// RecordVersion is the v of the Kafka record value (envelope v2).
-const RecordVersion = 2
+// RecordVersion is the v of the Kafka record value and of the event
+// sealed in it: the envelope version.
+const RecordVersion = mesh.EnvelopeVersion
 
 // Record is the Kafka record value of envelope v2. It tells an onlooker of
 // the shared topic nothing but the key epoch: every field of the event, its
