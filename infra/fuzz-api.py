@@ -138,10 +138,12 @@ def stop_meshlocal(proc):
 
 
 # The gate: no 5xx, every status and body (and Content-Type, and required
-# headers such as Retry-After) as documented, and valid requests not refused
-# as malformed.
+# headers such as Retry-After) as documented, valid requests not refused as
+# malformed, and no secured operation served without valid credentials
+# (ignored_auth: a route that skips authentication passes every other check).
 GATE_CHECKS = ",".join(["not_a_server_error", "status_code_conformance", "response_schema_conformance",
-                        "content_type_conformance", "response_headers_conformance", "positive_data_acceptance"])
+                        "content_type_conformance", "response_headers_conformance", "positive_data_acceptance",
+                        "ignored_auth"])
 
 
 def run_schemathesis(venv_bin, spec, config, url, examples, seed_value, checks, env, log_path, workdir):

@@ -4,8 +4,9 @@
 # on the MariaDB of infra/mariadb.sh (or MYSQL_DSN), embedded Kafka, a free
 # port and a private state directory, so it never meets a running `make run`.
 # Fails on any 5xx, any status, body, Content-Type or header that openapi.yaml
-# does not document, and any request openapi.yaml calls valid that the server
-# refuses as malformed. `make test` runs it after the Go tests.
+# does not document, any request openapi.yaml calls valid that the server
+# refuses as malformed, and any secured operation that answers without valid
+# credentials. `make test` runs it after the Go tests.
 #
 # schemathesis and PyMySQL are installed with pip into .local/venv-fuzz
 # (once; later runs reuse them). Settings: infra/schemathesis.toml;
