@@ -5,7 +5,7 @@ GO ?= go
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-.PHONY: latency run test bench vet fmt lint fuzz build invoke services-up services-down clean
+.PHONY: latency run test bench bench-report bench-scale vet fmt lint fuzz build invoke services-up services-down clean
 
 ## run: the whole mesh locally (MariaDB, embedded Kafka, every route and schedule of template.yaml, demo agents)
 run:
@@ -31,9 +31,21 @@ lint:
 fuzz:
 	@infra/with-services.sh infra/fuzz-api.sh
 
-## bench: speed and memory targets
+## bench: speed and memory targets, then the side-by-side comparison (bench/, its own module) writing bench/report.md and its plots
 bench:
-	@infra/with-services.sh $(GO) test -run '^$$' -bench . -benchmem ./...
+	@infra/with-services.sh bash -c 'rc=0; \
+	  echo "==> go benchmarks"; $(GO) test -run "^$$" -bench . -benchmem ./... || rc=$$?; \
+	  echo "==> bench/: peers, send path, meshd, init and latency in one run -> bench/report.md"; \
+	  (cd bench && $(GO) test -count=1 -v -run "^TestReport$$" -timeout 30m . -args -report) || rc=$$?; \
+	  exit $$rc'
+
+## bench-report: only the comparison of bench/ (bench/report.md), without the go benchmarks
+bench-report:
+	@infra/with-services.sh bash -c 'cd bench && $(GO) test -count=1 -v -run "^TestReport$$" -timeout 30m . -args -report'
+
+## bench-scale: cost as tables grow (1,000,000-row outbox, 100,000 agents; EXPLAIN of each query) -> bench/report-scale.md
+bench-scale:
+	@infra/with-services.sh bash -c 'cd bench && $(GO) test -count=1 -v -run "^TestReport$$" -timeout 60m . -args -scale'
 
 ## latency: 2xx->handler latency through the local stack with meshd, 1 and 50 msg/s for 3 min each (figures, not a test)
 latency:

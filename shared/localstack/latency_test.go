@@ -2,11 +2,15 @@ package localstack_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +26,9 @@ import (
 var (
 	latency         = flag.Bool("latency", false, "run BenchmarkDeliveryLatency (minutes long; make latency)")
 	latencyDuration = flag.Duration("latency.duration", 3*time.Minute, "how long each rate of BenchmarkDeliveryLatency sends")
+	latencyRates    = flag.String("latency.rates", "1,50", "comma-separated rates (msg/s) of BenchmarkDeliveryLatency")
+	latencyExec     = flag.Bool("latency.exec", false, "split each rate between a recipient with the in-process no-op handler and one whose meshd runs an exec handler (true)")
+	latencyOut      = flag.String("latency.out", "", "append every latency measured, one JSON line per rate and handler, to this file (bench/ reads it for its report)")
 )
 
 // BenchmarkDeliveryLatency measures what an agent waits between its send's 2xx
@@ -34,13 +41,27 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 	if !*latency {
 		b.Skip("a report of several minutes: run it with make latency (go test -bench DeliveryLatency -args -latency)")
 	}
-	for _, rate := range []int{1, 50} {
+	for _, f := range strings.Split(*latencyRates, ",") {
+		rate, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || rate <= 0 {
+			b.Fatalf("-latency.rates: %q is not a positive rate", f)
+		}
 		b.Run(fmt.Sprintf("%d msg/s for %v", rate, *latencyDuration), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				measureLatency(b, rate, *latencyDuration)
 			}
 		})
 	}
+}
+
+// latencyRecipient is one measured recipient: its meshd's handler and what
+// it saw.
+type latencyRecipient struct {
+	id, handler string
+	h           meshd.Handler
+	warm        chan struct{}
+	lat         []time.Duration
+	seqs        []int64
 }
 
 func measureLatency(b *testing.B, rate int, d time.Duration) {
@@ -51,9 +72,21 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 	for i := 0; i < senders; i++ {
 		ids = append(ids, fmt.Sprintf("sender-%d", i))
 	}
-	keys := st.Agents(b, append(ids, "bob")...)
+	rcpts := []*latencyRecipient{{id: "bob", handler: "noop"}}
+	if *latencyExec {
+		// The exec handler as meshd runs a MESH_HANDLER line: a process per
+		// event (true reads nothing and exits 0).
+		rcpts = append(rcpts, &latencyRecipient{id: "carol", handler: "exec", h: meshd.CommandHandler{Command: []string{"true"}, Timeout: 30 * time.Second}})
+	}
+	all := append([]string{}, ids...)
+	for _, r := range rcpts {
+		all = append(all, r.id)
+	}
+	keys := st.Agents(b, all...)
 	for _, id := range ids {
-		st.Befriend(b, id, "bob")
+		for _, r := range rcpts {
+			st.Befriend(b, id, r.id)
+		}
 	}
 
 	st.Dispatcher.Metrics = &metrics.Sink{W: io.Discard}
@@ -72,45 +105,57 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 
 	var mu sync.Mutex
 	acked := map[string]time.Time{} // message_id -> when its send got its 2xx
-	var lat []time.Duration
-	var seqs []int64
 	handled := make(chan struct{}, 1<<16)
-	warm := make(chan struct{})
-	bob := meshclient.New(st.URL, keys["bob"])
-	h := meshd.HandlerFunc(func(_ context.Context, env mesh.Envelope) error {
-		now := time.Now()
-		if env.Type != mesh.EventMessage {
+	meshdDone := make(chan error, len(rcpts))
+	for _, r := range rcpts {
+		r.warm = make(chan struct{})
+		h := meshd.HandlerFunc(func(ctx context.Context, env mesh.Envelope) error {
+			if r.h != nil {
+				if err := r.h.Handle(ctx, env); err != nil {
+					return err
+				}
+			}
+			now := time.Now()
+			if env.Type != mesh.EventMessage {
+				return nil
+			}
+			if strings.HasPrefix(env.MessageID, "warm-up") {
+				close(r.warm)
+				return nil
+			}
+			mu.Lock()
+			if at, ok := acked[env.MessageID]; ok {
+				r.lat = append(r.lat, now.Sub(at))
+			} else {
+				r.lat = append(r.lat, 0) // handled before its send returned
+			}
+			r.seqs = append(r.seqs, env.Seq)
+			mu.Unlock()
+			handled <- struct{}{}
 			return nil
+		})
+		api := meshclient.New(st.URL, keys[r.id])
+		go func() {
+			meshdDone <- meshd.Run(ctx, meshd.Config{API: api, StateDir: b.TempDir(), Handler: h, HeartbeatEvery: 10 * time.Second})
+		}()
+	}
+	defer func() {
+		cancel()
+		for range rcpts {
+			<-meshdDone
 		}
-		if env.MessageID == "warm-up" {
-			close(warm)
-			return nil
-		}
-		mu.Lock()
-		if at, ok := acked[env.MessageID]; ok {
-			lat = append(lat, now.Sub(at))
-		} else {
-			lat = append(lat, 0) // handled before its send returned
-		}
-		seqs = append(seqs, env.Seq)
-		mu.Unlock()
-		handled <- struct{}{}
-		return nil
-	})
-	meshdDone := make(chan error, 1)
-	go func() {
-		meshdDone <- meshd.Run(ctx, meshd.Config{API: bob, StateDir: b.TempDir(), Handler: h, HeartbeatEvery: 10 * time.Second})
 	}()
-	defer func() { cancel(); <-meshdDone }()
 	// One message through the whole path before measuring: meshd is
 	// consuming and every connection is open.
-	if _, err := meshclient.New(st.URL, keys[ids[0]]).Send(ctx, meshclient.SendRequest{To: "bob", MessageID: "warm-up", Parts: []mesh.Part{{Kind: "text", Text: "warm-up"}}}); err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case <-warm:
-	case <-time.After(2 * time.Minute):
-		b.Fatal("the warm-up message was not handled within 2 min")
+	for _, r := range rcpts {
+		if _, err := meshclient.New(st.URL, keys[ids[0]]).Send(ctx, meshclient.SendRequest{To: r.id, MessageID: "warm-up-" + r.id, Parts: []mesh.Part{{Kind: "text", Text: "warm-up"}}}); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-r.warm:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("the warm-up message to %s was not handled within 2 min", r.id)
+		}
 	}
 
 	total := rate * int(d/time.Second)
@@ -126,7 +171,8 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 			defer tick.Stop()
 			for i := 0; i < per; i++ {
 				msgID := fmt.Sprintf("lat-%d-%d", s, i)
-				_, err := c.Send(ctx, meshclient.SendRequest{To: "bob", MessageID: msgID, Parts: []mesh.Part{{Kind: "text", Text: msgID}}})
+				to := rcpts[i%len(rcpts)].id
+				_, err := c.Send(ctx, meshclient.SendRequest{To: to, MessageID: msgID, Parts: []mesh.Part{{Kind: "text", Text: msgID}}})
 				if err != nil {
 					b.Errorf("send %s: %v", msgID, err)
 					return
@@ -152,18 +198,49 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	for i := 1; i < len(seqs); i++ {
-		if seqs[i] != seqs[i-1]+1 {
-			b.Errorf("handled out of order: seq %d after %d", seqs[i], seqs[i-1])
-			break
+	for _, r := range rcpts {
+		for i := 1; i < len(r.seqs); i++ {
+			if r.seqs[i] != r.seqs[i-1]+1 {
+				b.Errorf("%s handled out of order: seq %d after %d", r.id, r.seqs[i], r.seqs[i-1])
+				break
+			}
+		}
+		lat := r.lat
+		slices.Sort(lat)
+		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+		unit := ""
+		if len(rcpts) > 1 {
+			unit = r.handler + "-"
+		}
+		b.ReportMetric(float64(q(0.50).Milliseconds()), unit+"p50-ms")
+		b.ReportMetric(float64(q(0.95).Milliseconds()), unit+"p95-ms")
+		b.ReportMetric(float64(q(0.99).Milliseconds()), unit+"p99-ms")
+		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), unit+"max-ms")
+		b.Logf("%d msg/s for %v, %s handler: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
+			rate, d, r.handler, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
+		if *latencyOut != "" {
+			writeLatencies(b, *latencyOut, rate, r.handler, lat)
 		}
 	}
-	slices.Sort(lat)
-	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	b.ReportMetric(float64(q(0.50).Milliseconds()), "p50-ms")
-	b.ReportMetric(float64(q(0.95).Milliseconds()), "p95-ms")
-	b.ReportMetric(float64(q(0.99).Milliseconds()), "p99-ms")
-	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms")
-	b.Logf("%d msg/s for %v: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
-		rate, d, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
+}
+
+// writeLatencies appends one JSON line {rate, handler, us: [...]} to path.
+func writeLatencies(b *testing.B, path string, rate int, handler string, lat []time.Duration) {
+	us := make([]int64, len(lat))
+	for i, l := range lat {
+		us[i] = l.Microseconds()
+	}
+	line, err := json.Marshal(map[string]any{"rate": rate, "handler": handler, "us": us})
+	if err == nil {
+		var f *os.File
+		if f, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			_, err = f.Write(append(line, '\n'))
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
+	if err != nil {
+		b.Fatalf("-latency.out: %v", err)
+	}
 }

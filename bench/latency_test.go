@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// measureLatency runs the project's own BenchmarkDeliveryLatency (make
+// latency) at 50 and 200 msg/s with both handlers and reads back every
+// latency it measured, for the table and the CDF.
+func measureLatency(t *testing.T, r *Results) {
+	root := repoRoot(t)
+	out := filepath.Join(t.TempDir(), "latency.jsonl")
+	rates := sized("50,200", "50")
+	say("latency: BenchmarkDeliveryLatency at %s msg/s for %v each, no-op and exec handlers", rates, *latDur)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "DeliveryLatency", "-benchtime", "1x", "-timeout", "20m",
+		"./shared/localstack/", "-args", "-latency", "-latency.exec", "-latency.rates", rates,
+		"-latency.duration", latDur.String(), "-latency.out", out)
+	cmd.Dir = root
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Its summary lines are progress; meshd's per-event logs are not.
+	var tail []string
+	sc := bufio.NewScanner(pipe)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		tail = append(tail, line)
+		if len(tail) > 40 {
+			tail = tail[1:]
+		}
+		if strings.Contains(line, "latency_test.go") || strings.Contains(line, "FAIL") || strings.HasPrefix(line, "ok") {
+			say("latency: %s", strings.TrimSpace(line))
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("BenchmarkDeliveryLatency: %v\n%s", err, strings.Join(tail, "\n"))
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ls := bufio.NewScanner(f)
+	ls.Buffer(make([]byte, 64<<20), 64<<20)
+	for ls.Scan() {
+		var l struct {
+			Rate    int     `json:"rate"`
+			Handler string  `json:"handler"`
+			US      []int64 `json:"us"`
+		}
+		if err := json.Unmarshal(ls.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		d := make([]time.Duration, len(l.US))
+		for i, u := range l.US {
+			d[i] = time.Duration(u) * time.Microsecond
+		}
+		slices.Sort(d)
+		r.mu.Lock()
+		r.lat[fmt.Sprintf("%d/%s", l.Rate, l.Handler)] = d
+		r.mu.Unlock()
+		say("  latency %d msg/s %s: p50 %v p99 %v max %v", l.Rate, l.Handler, quantile(d, .5), quantile(d, .99), d[len(d)-1])
+	}
+}

@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// figure is one measured number.
+type figure struct {
+	v    float64
+	unit string
+}
+
+// Results collects every figure of a run, for the report.
+type Results struct {
+	mu      sync.Mutex
+	figs    map[string]figure
+	lat     map[string][]time.Duration // "rate/handler" -> sorted latencies
+	curves  map[string][][2]float64    // throughput vs clients: name -> (clients, per second)
+	scale   []scaleRow
+	notes   []string
+	skipped []string
+}
+
+type scaleRow struct {
+	what    string
+	size    int
+	took    time.Duration
+	perUnit string
+	explain string
+}
+
+func newResults() *Results {
+	return &Results{figs: map[string]figure{}, lat: map[string][]time.Duration{}, curves: map[string][][2]float64{}}
+}
+
+func (r *Results) set(key string, v float64, unit string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.figs[key] = figure{v, unit}
+	say("  %s = %.4g %s", key, v, unit)
+}
+
+func (r *Results) get(key string) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.figs[key]
+	return f.v, ok
+}
+
+func (r *Results) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// TestReport is `make bench`: every stage in one run against the same
+// MariaDB and Kafka broker, then report.md and the plots. A stage that fails
+// is reported as such; the others still run.
+func TestReport(t *testing.T) {
+	if !*report && !*scale {
+		t.Skip("a report of several minutes: run it with make bench (go test -run TestReport -args -report)")
+	}
+	r := newResults()
+	stage := func(name string, fn func(t *testing.T, r *Results)) {
+		say("== %s", name)
+		begin := time.Now()
+		if !t.Run(name, func(t *testing.T) { fn(t, r) }) {
+			r.mu.Lock()
+			r.skipped = append(r.skipped, name)
+			r.mu.Unlock()
+		}
+		say("== %s done in %v", name, time.Since(begin).Round(time.Second))
+	}
+	if *report {
+		stage("relays", measureRelays)
+		stage("send path", measureSend)
+		stage("meshd consume", measureConsume)
+		stage("function init", measureInit)
+		stage("latency", measureLatency)
+	}
+	if *scale {
+		stage("scale", measureScale)
+	}
+	name := "report.md"
+	if !*report {
+		name = "report-scale.md"
+	}
+	if err := r.write(t, filepath.Join(*outDir, name)); err != nil {
+		t.Fatal(err)
+	}
+	say("wrote %s in %v", filepath.Join(*outDir, name), time.Since(started).Round(time.Second))
+}
+
+// fmtRate formats a per-second figure.
+func fmtNum(v float64) string {
+	switch {
+	case v >= 100:
+		return commas(int64(math.Round(v)))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// short formats a ratio with two significant digits, without exponents.
+func short(v float64) string {
+	switch {
+	case v >= 10:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2g", v)
+	}
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// quantile of sorted durations.
+func quantile(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func (r *Results) write(t *testing.T, path string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := func(key string) string {
+		v, ok := r.figs[key]
+		if !ok {
+			return "—"
+		}
+		return fmtNum(v.v) + " " + v.unit
+	}
+	ratio := func(a, b string, pct bool) string {
+		x, okx := r.figs[a]
+		y, oky := r.figs[b]
+		if !okx || !oky || y.v == 0 {
+			return "—"
+		}
+		if pct {
+			return short(100*x.v/y.v) + "%"
+		}
+		return short(x.v/y.v) + "×"
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# Agent Mesh benchmark report\n\n")
+	w("Written by `make bench` on %s (%s, GOMAXPROCS %d). Every figure below was measured in this one run against the same MariaDB and the same Kafka broker; on a shared machine absolute figures move from run to run, the ratios are what to compare.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), hostInfo(), gomaxprocs())
+	if len(r.skipped) > 0 {
+		w("**Stages that failed in this run (their figures are missing):** %s\n\n", strings.Join(r.skipped, ", "))
+	}
+
+	w("## Relay: outbox → Kafka\n\n| Relay | Rate | ÷ watermill | ÷ raw produce |\n|---|---|---|---|\n")
+	for _, m := range []int{1, 50, 1000} {
+		k := fmt.Sprintf("relay.dispatcher.r%d", m)
+		w("| Project dispatcher, %d recipient(s) | %s | %s | %s |\n", m, f(k), ratio(k, "relay.watermill", false), ratio(k, "relay.raw", true))
+	}
+	w("| watermill-sql MySQL subscriber → franz-go (ProduceSync, Ack) | %s | 1.0× | %s |\n", f("relay.watermill"), ratio("relay.watermill", "relay.raw", true))
+	w("| Original design (1 s poll, 50 rows one by one) | %s | %s | %s |\n", f("relay.seed"), ratio("relay.seed", "relay.watermill", false), ratio("relay.seed", "relay.raw", true))
+	w("| Raw franz-go produce, acks=all, idempotent (the limit) | %s | %s | 100%% |\n\n", f("relay.raw"), ratio("relay.raw", "relay.watermill", false))
+	w("Target: relay ≥ 10× watermill.\n\n")
+
+	w("## Send path (`POST /v1/messages`) against the same statements issued raw\n\n| Clients | Send path | The send's statements, raw | Send ÷ raw | Two-INSERT commit | Send ÷ two-INSERT |\n|---|---|---|---|---|---|\n")
+	for _, c := range sendClients() {
+		s, rw, two := fmt.Sprintf("send.c%d", c), fmt.Sprintf("raw.c%d", c), fmt.Sprintf("two.c%d", c)
+		w("| %d | %s | %s | %s | %s | %s |\n", c, f(s), f(rw), ratio(s, rw, true), f(two), ratio(s, two, true))
+	}
+	w("\nDatabase round trips per send: %s (of them SQL statements: %s; listed in the notes). \"The send's statements, raw\" replays exactly those statements, as captured from a real send with fresh ids, over one connection: what is left of a send without HTTP event, JSON, JWT and Go logic. \"Two-INSERT commit\" is only the task and message INSERTs of that send in a transaction (the write a send cannot do without). Target: send ≥ 60%% of raw at 1 and 32 clients.\n\n", f("send.roundtrips"), f("send.statements"))
+
+	w("## Latency: 2xx → handler, through the local stack (schedules as on AWS), the real broker and meshd\n\n")
+	w("| Rate (whole mesh) | Handler | Messages | p50 | p95 | p99 | max |\n|---|---|---|---|---|---|---|\n")
+	keys := make([]string, 0, len(r.lat))
+	for k := range r.lat {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return latOrder(keys[i]) < latOrder(keys[j]) })
+	for _, k := range keys {
+		s := r.lat[k]
+		rate, h, _ := strings.Cut(k, "/")
+		w("| %s msg/s | %s | %d | %s | %s | %s | %s |\n", rate, h, len(s), ms(quantile(s, .5)), ms(quantile(s, .95)), ms(quantile(s, .99)), ms(s[len(s)-1]))
+	}
+	w("\nEach rate runs for %v (at least two dispatcher schedule periods, so minute boundaries are included), split evenly between two recipients: one whose meshd runs an in-process no-op handler, one whose meshd runs an exec handler (`true`). Target: p99 ≤ 250 ms at 200 msg/s.\n\n", *latDur)
+
+	w("## meshd consume rate and function init\n\n| Figure | Value |\n|---|---|\n")
+	w("| meshd consume, in-process no-op handler | %s |\n", f("meshd.noop"))
+	w("| meshd consume, exec handler (`true`) | %s |\n", f("meshd.exec"))
+	initKeys := []string{}
+	for k := range r.figs {
+		if strings.HasPrefix(k, "init.") {
+			initKeys = append(initKeys, k)
+		}
+	}
+	slices.Sort(initKeys)
+	for _, k := range initKeys {
+		w("| Init of the %s bootstrap under aws-lambda-rie | %s |\n", strings.TrimPrefix(k, "init."), f(k))
+	}
+	w("\nTarget: meshd ≥ 5,000 events/s with the in-process no-op handler.\n\n")
+
+	if len(r.scale) > 0 {
+		w("## Cost as work grows\n\n| What | Size | Time | Per unit |\n|---|---|---|---|\n")
+		for _, s := range r.scale {
+			w("| %s | %s | %s | %s |\n", s.what, commas(int64(s.size)), s.took.Round(time.Microsecond), s.perUnit)
+		}
+		w("\n### EXPLAIN\n\n")
+		for _, s := range r.scale {
+			if s.explain != "" {
+				w("**%s at %s**\n\n```\n%s\n```\n\n", s.what, commas(int64(s.size)), s.explain)
+			}
+		}
+	}
+
+	plots := r.plots(t, filepath.Dir(path))
+	if len(plots) > 0 {
+		w("## Plots\n\n")
+		for _, p := range plots {
+			w("![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+		}
+	}
+	if len(r.notes) > 0 {
+		w("## Notes\n\n")
+		for _, n := range r.notes {
+			w("- %s\n", n)
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// latOrder sorts latency rows by rate, then handler.
+func latOrder(k string) string {
+	rate, h, _ := strings.Cut(k, "/")
+	return fmt.Sprintf("%08s/%s", rate, h)
+}

@@ -1,0 +1,352 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+
+	"github.com/agentmesh/agentmesh/shared/config"
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/seal"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+// sendClients are the concurrencies of the send-path comparison; 32 is
+// ARCHITECTURE.md's "32 function instances at once".
+func sendClients() []int { return []int{1, 8, 32} }
+
+// sendSenders: each of them stays far below its 50/s rate limit.
+const sendSenders = 128
+
+// sendEnv is the send route as a Lambda function runs it (httpapi.Lambda,
+// identity with real HS256 JWTs, tasks.Service) over a database pool.
+type sendEnv struct {
+	db   *mysql.DB
+	h    httpapi.LambdaHandler
+	tmpl events.APIGatewayV2HTTPRequest
+	body tasks.SendRequest
+	n    atomic.Int64
+}
+
+func newSendEnv(t testing.TB, db *mysql.DB, tmpl events.APIGatewayV2HTTPRequest, body tasks.SendRequest, jwtKey []byte) *sendEnv {
+	sealer, err := seal.New(make([]byte, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &identity.Service{DB: db, Clock: mesh.SystemClock, TokenTTL: time.Hour, Sealer: sealer,
+		JWTKeys: []config.JWTKey{{ID: "bench", Secret: jwtKey}}}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	svc := &tasks.Service{DB: db, Clock: mesh.SystemClock, Log: log}
+	return &sendEnv{db: db, h: httpapi.Lambda(id, log, tasks.Endpoints(svc).Must("SendMessageFunction")), tmpl: tmpl, body: body}
+}
+
+// send is one POST /v1/messages from token to recipient with messageID.
+func (e *sendEnv) send(ctx context.Context, token, to, messageID string) error {
+	req := e.body
+	req.To, req.MessageID = to, messageID
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ev := e.tmpl
+	ev.Headers = maps.Clone(e.tmpl.Headers)
+	ev.Headers["authorization"] = "Bearer " + token
+	ev.Headers["content-length"] = strconv.Itoa(len(raw))
+	ev.RequestContext.RequestID = "bench-" + strconv.FormatInt(e.n.Add(1), 10)
+	ev.Body = string(raw)
+	resp, err := e.h(ctx, ev)
+	if err == nil && resp.StatusCode != 202 {
+		err = fmt.Errorf("send: %d %s", resp.StatusCode, resp.Body)
+	}
+	return err
+}
+
+// measureSend compares POST /v1/messages with the very SQL statements one
+// send issues (captured through a counting proxy), replayed raw on the same
+// pool: no HTTP event, JSON, JWT or Go logic between them.
+func measureSend(t *testing.T, r *Results) {
+	ctx := context.Background()
+	root := repoRoot(t)
+	db, dsn := mysqltest.New(t)
+	raw, err := os.ReadFile(filepath.Join(root, "events", "send-message.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	var body tasks.SendRequest
+	if err := json.Unmarshal([]byte(tmpl.Body), &body); err != nil {
+		t.Fatal(err)
+	}
+	jwtKey := []byte("bench-jwt-secret-0123456789abcdef-0123")
+	e := newSendEnv(t, db, tmpl, body, jwtKey)
+
+	say("send: %d senders with tokens, their recipients and friendships", sendSenders)
+	senders := ids("sender-", sendSenders+1) // the last one is the capture's
+	recipients := ids("rcpt-", sendSenders+1)
+	tokens := credentials(t, e, senders)
+	insertAgents(t, db, recipients)
+	pairs := make([][2]string, len(senders))
+	for i := range senders {
+		pairs[i] = [2]string{senders[i], recipients[i]}
+	}
+	befriend(t, db, pairs)
+
+	// One send through the proxy: its round trips and statement texts.
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newCountingProxy(t, cfg.Addr)
+	cfg.Addr = proxy.addr()
+	pdb, err := mysql.Open(ctx, cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	pe := newSendEnv(t, pdb, tmpl, body, jwtKey)
+	capSender, capRcpt, capToken := senders[sendSenders], recipients[sendSenders], tokens[sendSenders]
+	if err := pe.send(ctx, capToken, capRcpt, "capture-warm-up"); err != nil {
+		t.Fatal(err)
+	}
+	const capMsg = "capture-message"
+	trips, queries, err := proxy.capture(func() error { return pe.send(ctx, capToken, capRcpt, capMsg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.set("send.roundtrips", float64(trips), "round trips")
+	r.set("send.statements", float64(len(queries)), "COM_QUERY")
+	var list []string
+	for _, q := range queries {
+		list = append(list, "`"+abbrev(q, 90)+"`")
+	}
+	r.note("The %d statements of one send, in order: %s.", len(queries), strings.Join(list, "; "))
+
+	// The replay: the captured texts with fresh ids, a recipient of its own
+	// (a counter at 0, so the captured seq 2 is free: the capture's
+	// recipient had the warm-up at seq 1) and a sender of the pool.
+	nFresh := sized(80_000, 8_000)
+	say("send: %d fresh recipients for the raw replay", nFresh)
+	fresh := ids("fresh-", nFresh)
+	insertAgents(t, db, fresh)
+	if _, err := db.Exec("UPDATE inbox_counters SET last_seq = 1 WHERE recipient LIKE 'fresh-%'"); err != nil {
+		t.Fatal(err)
+	}
+	var next atomic.Int64
+	replay := replayer(queries, capSender, capRcpt, capMsg)
+
+	// The essential write alone: the task and message INSERTs of the
+	// captured send in one transaction (BenchmarkTwoInsertCommit's shape).
+	var two []string
+	for _, q := range queries {
+		w := strings.Fields(q)
+		if w[0] == "START" || w[0] == "COMMIT" || len(w) > 2 && w[0] == "INSERT" && (w[2] == "tasks" || w[2] == "task_messages") {
+			two = append(two, q)
+		}
+	}
+	replayTwo := replayer(two, capSender, capRcpt, capMsg)
+
+	// Each figure is the sum of two slices taken in turn with the others',
+	// so a burst of load from elsewhere on the machine hits all alike.
+	d := sized(2*time.Second, 500*time.Millisecond)
+	for _, c := range sendClients() {
+		db.SetMaxOpenConns(c)
+		db.SetMaxIdleConns(c)
+		say("send: POST /v1/messages, the same statements raw, and the two INSERTs; %d client(s), 2×%v each", c, d)
+		var k atomic.Int64
+		sendOp := func(ctx context.Context, client int) error {
+			i := int(k.Add(1))
+			s := (client*4 + i%4) % sendSenders
+			if c < 32 {
+				s = i % sendSenders
+			}
+			return e.send(ctx, tokens[s], recipients[s], fmt.Sprintf("m-%d-%d", c, i))
+		}
+		rawOp := func(ctx context.Context, client int) error {
+			i := int(next.Add(1)) - 1
+			if i >= nFresh {
+				return fmt.Errorf("out of fresh recipients after %d replays", i)
+			}
+			return replay(ctx, db, senders[i%sendSenders], fresh[i])
+		}
+		twoOp := func(ctx context.Context, client int) error {
+			return replayTwo(ctx, db, capSender, capRcpt)
+		}
+		var sendRate, rawRate, twoRate float64
+		for range 2 {
+			sendRate += run(t, c, d, sendOp) / 2
+			rawRate += run(t, c, d, rawOp) / 2
+			twoRate += run(t, c, d, twoOp) / 2
+		}
+		r.set(fmt.Sprintf("send.c%d", c), sendRate, "msg/s")
+		r.set(fmt.Sprintf("raw.c%d", c), rawRate, "tx/s")
+		r.set(fmt.Sprintf("two.c%d", c), twoRate, "tx/s")
+		r.curve("send path (POST /v1/messages)", c, sendRate)
+		r.curve("the send's statements, raw", c, rawRate)
+		r.curve("two-INSERT commit", c, twoRate)
+	}
+}
+
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// replayer returns a func that issues the captured statements on one
+// connection, with every generated id fresh, the capture's recipient and
+// message id replaced and the sender swapped (its rate-limit row).
+func replayer(queries []string, sender, rcpt, msgID string) func(ctx context.Context, db *mysql.DB, sender, rcpt string) error {
+	return func(ctx context.Context, db *mysql.DB, s, rc string) error {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ids := map[string]string{}
+		suffix := uuid.NewString()[:8]
+		rp := strings.NewReplacer(rcpt, rc, sender, s, msgID, msgID+"-"+suffix)
+		for _, q := range queries {
+			q = uuidRE.ReplaceAllStringFunc(q, func(old string) string {
+				if n, ok := ids[old]; ok {
+					return n
+				}
+				n := uuid.NewString()
+				ids[old] = n
+				return n
+			})
+			q = rp.Replace(q)
+			head := strings.ToUpper(strings.TrimSpace(q[:min(len(q), 12)]))
+			if strings.HasPrefix(head, "SELECT") {
+				rows, err := conn.QueryContext(ctx, q)
+				if err != nil {
+					return fmt.Errorf("%s: %w", abbrev(q, 80), err)
+				}
+				for rows.Next() {
+				}
+				rows.Close()
+				continue
+			}
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				_, _ = conn.ExecContext(ctx, "ROLLBACK")
+				return fmt.Errorf("%s: %w", abbrev(q, 80), err)
+			}
+		}
+		return nil
+	}
+}
+
+// run calls op from clients goroutines for d and returns ops/s; the first
+// error fails the test.
+func run(t *testing.T, clients int, d time.Duration, op func(ctx context.Context, client int) error) float64 {
+	ctx := context.Background()
+	var n atomic.Int64
+	var once sync.Once
+	var failed error
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := op(ctx, c); err != nil {
+					once.Do(func() { failed = err })
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+func (r *Results) curve(name string, clients int, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.curves[name] = append(r.curves[name], [2]float64{float64(clients), v})
+}
+
+func abbrev(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// credentials creates agents through identity and exchanges each key for a
+// token, a few at a time.
+func credentials(t testing.TB, e *sendEnv, agents []string) []string {
+	sealer, _ := seal.New(make([]byte, seal.KeySize))
+	id := &identity.Service{DB: e.db, Clock: mesh.SystemClock, TokenTTL: time.Hour, Sealer: sealer,
+		JWTKeys: []config.JWTKey{{ID: "bench", Secret: []byte("bench-jwt-secret-0123456789abcdef-0123")}}}
+	out := make([]string, len(agents))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, 8)
+	for i, a := range agents {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, key, err := id.CreateAgent(context.Background(), a, "")
+			if err == nil {
+				var tok identity.TokenResponse
+				if tok, err = id.IssueToken(context.Background(), key); err == nil {
+					out[i] = tok.Token
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				first = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		t.Fatal(first)
+	}
+	return out
+}
+
+// befriend stores friendships in both directions, as identity does.
+func befriend(t testing.TB, db *mysql.DB, pairs [][2]string) {
+	now := time.Now().UTC()
+	for start := 0; start < len(pairs); start += 250 {
+		chunk := pairs[start:min(start+250, len(pairs))]
+		var args []any
+		for _, p := range chunk {
+			args = append(args, p[0], p[1], now, p[1], p[0], now)
+		}
+		rows := func(stmt, tuple string) string { return stmt + strings.Repeat(", "+tuple, 2*len(chunk)-1) }
+		if _, err := db.Exec(rows("INSERT INTO friendships (agent_id, friend_id, created_at) VALUES (?, ?, ?)", "(?, ?, ?)"), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
