@@ -34,6 +34,7 @@ type scaleRow struct {
 	what    string
 	size    int
 	took    time.Duration
+	unit    string // what size counts
 	perUnit string
 	explain string
 }
@@ -223,9 +224,9 @@ func (r *Results) write(t *testing.T, path string) error {
 	w("\nTarget: meshd ≥ 5,000 events/s with the in-process no-op handler.\n\n")
 
 	if len(r.scale) > 0 {
-		w("## Cost as work grows\n\n| What | Size | Time | Per unit |\n|---|---|---|---|\n")
+		w("## Cost as work grows\n\n| What | Size | Time (median) | Note |\n|---|---|---|---|\n")
 		for _, s := range r.scale {
-			w("| %s | %s | %s | %s |\n", s.what, commas(int64(s.size)), s.took.Round(time.Microsecond), s.perUnit)
+			w("| %s | %s %s | %s | %s |\n", s.what, commas(int64(s.size)), s.unit, s.took.Round(time.Microsecond), s.perUnit)
 		}
 		w("\n### EXPLAIN\n\n")
 		for _, s := range r.scale {
