@@ -1,7 +1,7 @@
 """Fuzz the HTTP API with schemathesis against a private local stack.
 
-Run by infra/fuzz-api.sh inside the project virtualenv (it has schemathesis
-and PyMySQL). Steps: create a fresh database on the MariaDB/MySQL of the DSN,
+Run by infra/fuzz-api.sh inside its virtualenv (.local/venv-fuzz, with
+schemathesis and PyMySQL). Steps: create a fresh database on the MariaDB/MySQL of the DSN,
 start cmd/meshlocal on a free port with that database, embedded Kafka (kfake)
 and a private state directory (so it never meets a running `make run`), create
 agents with the admin API, exchange one agent's API key for a JWT, run
@@ -141,6 +141,16 @@ def stop_meshlocal(proc):
 # headers such as Retry-After) as documented, valid requests not refused as
 # malformed, and no secured operation served without valid credentials
 # (ignored_auth: a route that skips authentication passes every other check).
+# Left out, with the reason (MESH_FUZZ_CHECKS=all shows them):
+# negative_data_rejection: the server reads an empty query value, an empty
+# optional id and a JSON null as absent, which the document does not allow
+# (a document stricter than the server is safe for clients);
+# ensure_resource_availability: a friend request to an unknown id answers as
+# created and stores nothing, by design (no enumeration);
+# allow_header_conformance: API Gateway routes DELETE /v1/friends/requests to
+# DELETE /v1/friends/{id}, so Allow lists a method the path does not declare;
+# unsupported_method: on AWS, API Gateway answers an undeclared method (404),
+# not our code, so it would test only the local router's emulation.
 GATE_CHECKS = ",".join(["not_a_server_error", "status_code_conformance", "response_schema_conformance",
                         "content_type_conformance", "response_headers_conformance", "positive_data_acceptance",
                         "ignored_auth"])
