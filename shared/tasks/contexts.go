@@ -32,6 +32,13 @@ const (
 	contextPartiesSQL = `SELECT party_a, party_b FROM task_contexts WHERE context_id = ? LOCK IN SHARE MODE`
 )
 
+// registerContext records contextID as the two-party context of a and b
+// (a duplicate key error when it is taken).
+func registerContext(ctx context.Context, tx *sql.Tx, contextID, a, b string, now time.Time) error {
+	_, err := tx.ExecContext(ctx, insertContextSQL, contextID, min(a, b), max(a, b), now)
+	return err
+}
+
 // errContextMismatch is the answer for a context the parties do not share.
 func errContextMismatch() error {
 	return mesh.Errorf(mesh.KindUnprocessable, "context_mismatch",
@@ -59,11 +66,11 @@ func claimContext(ctx context.Context, tx *sql.Tx, contextID, a, b string, now t
 	case !errors.Is(err, sql.ErrNoRows):
 		return "", err
 	}
-	lo, hi := min(a, b), max(a, b)
-	_, err = tx.ExecContext(ctx, insertContextSQL, contextID, lo, hi, now)
+	err = registerContext(ctx, tx, contextID, a, b, now)
 	if err == nil || !mysql.IsDuplicate(err) {
 		return "", err
 	}
+	lo, hi := min(a, b), max(a, b)
 	var pa, pb string
 	if err := tx.QueryRowContext(ctx, contextPartiesSQL, contextID).Scan(&pa, &pb); err != nil {
 		return "", err

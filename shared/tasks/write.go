@@ -267,9 +267,15 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (htt
 			t = &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: caller, Recipient: req.To,
 				Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
 			if t.ContextID == "" {
+				// A context the server mints is a fresh random id: no group
+				// owns it and no pair has claimed it, so registering it is the
+				// whole claim (no read first).
 				t.ContextID = newID()
+				err = registerContext(ctx, tx, t.ContextID, caller, req.To, w.now)
+			} else {
+				t.GroupID, err = claimContext(ctx, tx, t.ContextID, caller, req.To, w.now)
 			}
-			if t.GroupID, err = claimContext(ctx, tx, t.ContextID, caller, req.To, w.now); err != nil {
+			if err != nil {
 				return nil, err
 			}
 			if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
