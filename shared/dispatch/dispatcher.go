@@ -35,14 +35,47 @@ type Publisher interface {
 // KafkaPublisher publishes with a franz-go client (acks=all, idempotent).
 type KafkaPublisher struct{ Client *kgo.Client }
 
-// Publish produces recs and waits for every acknowledgement.
+// Publish produces recs and waits for every acknowledgement, but never past
+// ctx: a record still unanswered when ctx ends is reported as failed with
+// ctx's error. (The producer fails such records too, but only at its next
+// retry, up to a retry backoff later; a record it still delivers afterwards
+// is a duplicate that consumers drop by seq.)
 func (p KafkaPublisher) Publish(ctx context.Context, recs []*kgo.Record) []error {
-	res := p.Client.ProduceSync(ctx, recs...)
-	errs := make([]error, len(res))
-	for i, r := range res {
-		errs[i] = r.Err
+	errs := make([]error, len(recs))
+	if len(recs) == 0 {
+		return errs
 	}
-	return errs
+	var mu sync.Mutex
+	answered := make([]bool, len(recs))
+	left, done, returned := len(recs), make(chan struct{}), false
+	for i, r := range recs {
+		p.Client.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if returned {
+				return
+			}
+			errs[i], answered[i] = err, true
+			if left--; left == 0 {
+				close(done)
+			}
+		})
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	returned = true
+	out := make([]error, len(recs))
+	for i := range recs {
+		out[i] = errs[i]
+		if !answered[i] {
+			out[i] = fmt.Errorf("kafka: no acknowledgement: %w", ctx.Err())
+		}
+	}
+	return out
 }
 
 // Dispatcher drains the outbox into Kafka. Guarantees:

@@ -370,8 +370,22 @@ func TestKafkaFaults(t *testing.T) {
 		defer thaw()
 		// A publish that ignores its timeout would wait for the broker for
 		// ever: thaw it after a while so such a failure ends.
-		timer := time.AfterFunc(6*time.Second, thaw)
+		timer := time.AfterFunc(10*time.Second, thaw)
 		defer timer.Stop()
+		// The producer itself gives up on in-flight records at their context's
+		// deadline (AllowIdempotentProduceCancellation): without that it keeps
+		// them until the broker answers, however long that takes.
+		pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		pstart := time.Now()
+		perr := f.prod.ProduceSync(pctx, &kgo.Record{Topic: f.topic, Value: []byte("probe")}).FirstErr()
+		ptook := time.Since(pstart)
+		pcancel()
+		if perr == nil || ptook > 3500*time.Millisecond {
+			t.Fatalf("the producer's own produce to a frozen broker took %v (context 2 s) and returned %v: want it failed at the deadline", ptook, perr)
+		}
+		// A dispatcher's publish ends at PublishTimeout whatever the producer
+		// does (after a cancellation it must get a new producer epoch from the
+		// frozen broker first, which no record's context bounds).
 		f.send(t, "x", "bob", 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		defer cancel()
@@ -385,6 +399,7 @@ func TestKafkaFaults(t *testing.T) {
 		if took > 4*time.Second || st.Failed != 1 || st.Sent != 0 {
 			t.Fatalf("a publish to a frozen broker took %v (timeout 2 s) with %+v: want it to fail at its timeout", took, st)
 		}
+		t.Logf("the producer's produce failed after %v, the dispatcher's publish after %v", ptook.Round(time.Millisecond), took.Round(time.Millisecond))
 		var next time.Time
 		if err := f.db.QueryRow("SELECT next_attempt_at FROM dispatch_state WHERE recipient = 'bob'").Scan(&next); err != nil || !next.After(start) {
 			t.Fatalf("bob not backed off (next attempt %v, %v)", next, err)
@@ -545,7 +560,7 @@ func TestKafkaFaults(t *testing.T) {
 		if !complete() {
 			t.Fatalf("Kafka holds up to %v, want %v", maxSeen, perRecipient)
 		}
-		t.Logf("%d events through %d runs (longest %v)", total, len(durations), longest(durations))
+		t.Logf("%d events through %d runs (longest %v): %v", total, len(durations), longest(durations), durations)
 	})
 }
 
