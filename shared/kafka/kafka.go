@@ -61,10 +61,14 @@ func (o Options) ClientOpts(ctx context.Context) ([]kgo.Opt, error) {
 
 // NewProducer returns a client that produces with acks=all and idempotence
 // (franz-go's defaults, stated here because the no-loss guarantee rests on
-// them), Kafka's murmur2 key partitioner, and a produce that ends at its
+// them), Kafka's murmur2 key partitioner, and records that fail at their
 // context's deadline or the delivery timeout even with the broker gone.
+// (After such a failure the client needs a new producer epoch from the broker
+// before it produces again, which no record's context bounds: callers that
+// must return in time bound their wait themselves, as dispatch.KafkaPublisher
+// does.)
 //
-// The last needs AllowIdempotentProduceCancellation: without it an idempotent
+// Failing in time needs AllowIdempotentProduceCancellation: without it an idempotent
 // franz-go producer refuses to fail a record once it was written to a
 // connection (it cannot tell "not received" from "reply lost") and waits for
 // the broker however long it takes, past any context deadline. The price is a
