@@ -94,11 +94,13 @@ echo "rie: building $fn_dir for linux/$arch" >&2
 
 # Local defaults; anything the caller set wins.
 rand_b64() { head -c 32 /dev/urandom | base64 | tr -d '\n'; }
-export MYSQL_DSN="${MYSQL_DSN:-$("$INFRA_DIR/mariadb.sh" dsn)}"
+# A setting given as a Secrets Manager ARN (MESH_DB_SECRET_ARN,
+# MESH_<NAME>_SECRET_ARN; e.g. served by moto) gets no local default.
+[[ -n "${MESH_DB_SECRET_ARN:-}" ]] || export MYSQL_DSN="${MYSQL_DSN:-$("$INFRA_DIR/mariadb.sh" dsn)}"
 export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:39092}"
-export MESH_ADMIN_KEY="${MESH_ADMIN_KEY:-local-$(rand_b64 | tr -dc 'A-Za-z0-9' | head -c 32)}"
-export MESH_JWT_KEYS="${MESH_JWT_KEYS:-local:$(rand_b64)}"
-export MESH_INBOX_MASTER_KEY="${MESH_INBOX_MASTER_KEY:-$(rand_b64)}"
+[[ -n "${MESH_ADMIN_KEY_SECRET_ARN:-}" ]] || export MESH_ADMIN_KEY="${MESH_ADMIN_KEY:-local-$(rand_b64 | tr -dc 'A-Za-z0-9' | head -c 32)}"
+[[ -n "${MESH_JWT_KEYS_SECRET_ARN:-}" ]] || export MESH_JWT_KEYS="${MESH_JWT_KEYS:-local:$(rand_b64)}"
+[[ -n "${MESH_INBOX_MASTER_KEY_SECRET_ARN:-}" ]] || export MESH_INBOX_MASTER_KEY="${MESH_INBOX_MASTER_KEY:-$(rand_b64)}"
 timeout="${RIE_TIMEOUT:-30}"
 export AWS_LAMBDA_FUNCTION_TIMEOUT="$timeout"
 export AWS_LAMBDA_FUNCTION_NAME="${AWS_LAMBDA_FUNCTION_NAME:-$(basename "$fn_dir")}"

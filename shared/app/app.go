@@ -50,7 +50,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Env, error)
 	if need := cfg.MaxMessageBytes*4/3 + 64<<10; need > httpapi.MaxBodyBytes {
 		httpapi.MaxBodyBytes = need
 	}
-	db, err := mysql.Open(ctx, cfg.MySQLDSN)
+	db, err := mysql.OpenWithCredentials(ctx, cfg.MySQLDSN, cfg.DBCredentials)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -21,6 +22,11 @@ type JWTKey struct {
 // Config is everything the functions need.
 type Config struct {
 	MySQLDSN string
+	// DBCredentials, when set, supplies the user and password of each new
+	// database connection (they override the DSN's); fresh asks for them to
+	// be read again because the server refused the last ones (a rotated
+	// secret). LoadAWS sets it when the password comes from Secrets Manager.
+	DBCredentials func(ctx context.Context, fresh bool) (user, password string, err error)
 	// AdminKey authenticates admin routes.
 	AdminKey string
 	// JWTKeys: the first signs, all verify (two live at once during rotation).

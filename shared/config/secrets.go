@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -11,59 +14,164 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 )
 
-// LoadAWS is Load plus secrets: each of MESH_ADMIN_KEY, MESH_JWT_KEYS and
-// MESH_INBOX_MASTER_KEY may instead be given as <NAME>_SECRET_ARN, and the
-// database as MESH_DB_HOST + MESH_DB_NAME + MESH_DB_SECRET_ARN (an RDS secret
-// with username and password). Without any *_SECRET_ARN it makes no AWS call.
+// secretSettings are the settings that may come from Secrets Manager: each
+// NAME may instead be given as NAME_SECRET_ARN. A function gets only the
+// ARNs of the secrets it uses (template.yaml), so it can read nothing else.
+var secretSettings = []string{"MESH_ADMIN_KEY", "MESH_JWT_KEYS", "MESH_INBOX_MASTER_KEY"}
+
+// dbSecretRefresh bounds how often a refused password makes the database
+// secret be read again: a wrong secret costs one read per interval, not one
+// per connection attempt.
+const dbSecretRefresh = 5 * time.Second
+
+// LoadAWS is Load plus secrets. MESH_ADMIN_KEY, MESH_JWT_KEYS and
+// MESH_INBOX_MASTER_KEY may each be given as <NAME>_SECRET_ARN, and the
+// database as MESH_DB_HOST + MESH_DB_NAME + MESH_DB_SECRET_ARN (an RDS secret:
+// JSON with username and password; MESH_DB_PORT defaults to 3306 and
+// MESH_DB_TLS to true). All the secrets named are read in one
+// BatchGetSecretValue call; without any *_SECRET_ARN it makes no AWS call.
+//
+// The database password is not frozen at init: when the server refuses it
+// (the secret was rotated), the next connection reads the secret again
+// (Config.DBCredentials), so running instances follow a rotation.
 func LoadAWS(ctx context.Context, getenv Getenv) (Config, error) {
-	vals := map[string]string{}
-	var sm *secretsmanager.Client
-	get := func(arn string) (string, error) {
-		if sm == nil {
-			ac, err := awsconfig.LoadDefaultConfig(ctx)
-			if err != nil {
-				return "", fmt.Errorf("config: AWS SDK: %w", err)
-			}
-			sm = secretsmanager.NewFromConfig(ac)
-		}
-		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
-		if err != nil {
-			return "", fmt.Errorf("config: read secret %s: %w", arn, err)
-		}
-		return aws.ToString(out.SecretString), nil
-	}
-	for _, name := range []string{"MESH_ADMIN_KEY", "MESH_JWT_KEYS", "MESH_INBOX_MASTER_KEY"} {
+	byName := map[string]string{} // setting -> ARN, for the ones to fetch
+	for _, name := range secretSettings {
 		if arn := getenv(name + "_SECRET_ARN"); arn != "" && getenv(name) == "" {
-			v, err := get(arn)
-			if err != nil {
-				return Config{}, err
-			}
-			vals[name] = v
+			byName[name] = arn
 		}
 	}
+	dbArn := ""
 	if arn := getenv("MESH_DB_SECRET_ARN"); arn != "" && getenv("MYSQL_DSN") == "" {
-		raw, err := get(arn)
+		dbArn = arn
+		byName["MESH_DB"] = arn
+	}
+	if len(byName) == 0 {
+		return Load(getenv)
+	}
+	ac, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: AWS SDK: %w", err)
+	}
+	sm := secretsmanager.NewFromConfig(ac)
+	got, err := batchGet(ctx, sm, byName)
+	if err != nil {
+		return Config{}, err
+	}
+	vals := map[string]string{}
+	for _, name := range secretSettings {
+		if arn, ok := byName[name]; ok {
+			vals[name] = got[arn]
+		}
+	}
+	var creds *dbCredentials
+	if dbArn != "" {
+		creds = &dbCredentials{sm: sm, arn: dbArn}
+		user, pass, err := parseDBSecret(got[dbArn])
 		if err != nil {
 			return Config{}, err
 		}
-		var sec struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		}
-		if err := json.Unmarshal([]byte(raw), &sec); err != nil {
-			return Config{}, fmt.Errorf("config: DB secret is not {username, password} JSON")
-		}
-		// RDS Proxy terminates TLS with an ACM certificate the system roots trust.
+		creds.user, creds.pass = user, pass
 		dc := gomysql.NewConfig()
-		dc.User, dc.Passwd = sec.Username, sec.Password
-		dc.Net, dc.Addr, dc.DBName = "tcp", getenv("MESH_DB_HOST")+":3306", getenv("MESH_DB_NAME")
+		dc.User, dc.Passwd = user, pass
+		port := or(getenv("MESH_DB_PORT"), "3306")
+		if _, err := strconv.Atoi(port); err != nil {
+			return Config{}, fmt.Errorf("config: MESH_DB_PORT must be a port number, got %q", port)
+		}
+		dc.Net, dc.Addr, dc.DBName = "tcp", getenv("MESH_DB_HOST")+":"+port, getenv("MESH_DB_NAME")
+		// RDS Proxy requires TLS and presents an ACM certificate the system
+		// roots trust. Only a local test database turns it off.
 		dc.TLSConfig = "true"
+		if getenv("MESH_DB_TLS") == "false" {
+			dc.TLSConfig = ""
+		}
 		vals["MYSQL_DSN"] = dc.FormatDSN()
 	}
-	return Load(func(k string) string {
+	cfg, err := Load(func(k string) string {
 		if v, ok := vals[k]; ok {
 			return v
 		}
 		return getenv(k)
 	})
+	if creds != nil {
+		cfg.DBCredentials = creds.get
+	}
+	return cfg, err
+}
+
+// batchGet reads every secret of byName in one round trip and returns the
+// values by ARN. A secret that cannot be read is an error naming it.
+func batchGet(ctx context.Context, sm *secretsmanager.Client, byName map[string]string) (map[string]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	for _, arn := range byName {
+		if !seen[arn] {
+			seen[arn] = true
+			ids = append(ids, arn)
+		}
+	}
+	// A handful of ids: one page (the API returns up to 20 per call).
+	out, err := sm.BatchGetSecretValue(ctx, &secretsmanager.BatchGetSecretValueInput{SecretIdList: ids})
+	if err != nil {
+		return nil, fmt.Errorf("config: read secrets %v: %w", ids, err)
+	}
+	for _, e := range out.Errors {
+		return nil, fmt.Errorf("config: read secret %s: %s: %s", aws.ToString(e.SecretId), aws.ToString(e.ErrorCode), aws.ToString(e.Message))
+	}
+	got := map[string]string{}
+	for _, v := range out.SecretValues {
+		// The answer names a secret by its full ARN and its name; the
+		// request may have used either (or a partial ARN).
+		got[aws.ToString(v.ARN)] = aws.ToString(v.SecretString)
+		got[aws.ToString(v.Name)] = aws.ToString(v.SecretString)
+	}
+	for _, id := range ids {
+		if _, ok := got[id]; !ok {
+			return nil, fmt.Errorf("config: secret %s was not returned", id)
+		}
+	}
+	return got, nil
+}
+
+func parseDBSecret(raw string) (user, pass string, err error) {
+	var sec struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	if err := json.Unmarshal([]byte(raw), &sec); err != nil || sec.Username == "" {
+		return "", "", fmt.Errorf("config: DB secret is not {username, password} JSON")
+	}
+	return sec.Username, sec.Password, nil
+}
+
+// dbCredentials holds the database user and password read at init and reads
+// the secret again when asked for fresh ones (at most every dbSecretRefresh).
+type dbCredentials struct {
+	sm  *secretsmanager.Client
+	arn string
+
+	mu         sync.Mutex
+	user, pass string
+	// reread is when the secret was last read again after a refusal (the
+	// read at init does not count: a rotation may follow it at once).
+	reread time.Time
+}
+
+func (c *dbCredentials) get(ctx context.Context, fresh bool) (string, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !fresh || time.Since(c.reread) < dbSecretRefresh {
+		return c.user, c.pass, nil
+	}
+	c.reread = time.Now()
+	out, err := c.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(c.arn)})
+	if err != nil {
+		return "", "", fmt.Errorf("config: read secret %s: %w", c.arn, err)
+	}
+	user, pass, err := parseDBSecret(aws.ToString(out.SecretString))
+	if err != nil {
+		return "", "", err
+	}
+	c.user, c.pass = user, pass
+	return user, pass, nil
 }

@@ -66,7 +66,7 @@ func Apply(ctx context.Context, cfg config.Config) (Result, error) {
 	if res.MigrationsHash, err = mysql.MigrationsHash(); err != nil {
 		return res, err
 	}
-	db, err := mysql.Open(ctx, cfg.MySQLDSN)
+	db, err := mysql.OpenWithCredentials(ctx, cfg.MySQLDSN, cfg.DBCredentials)
 	if err != nil {
 		return res, err
 	}

@@ -2,8 +2,10 @@ package deploy_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -194,6 +196,160 @@ func TestTheMigrationRunsBeforeAnythingGoesLive(t *testing.T) {
 					t.Errorf("%s (%s) does not DependsOn %s", id, r["Type"], mig)
 				}
 			}
+		}
+	})
+}
+
+// secretParams maps each secret's environment variable to the template
+// parameter holding its ARN.
+var secretParams = map[string]string{
+	"MESH_DB_SECRET_ARN":               "DBSecretArn",
+	"MESH_ADMIN_KEY_SECRET_ARN":        "AdminKeySecretArn",
+	"MESH_JWT_KEYS_SECRET_ARN":         "JwtKeysSecretArn",
+	"MESH_INBOX_MASTER_KEY_SECRET_ARN": "InboxMasterKeySecretArn",
+}
+
+// envSecrets returns the secret parameters a function is told about: the
+// *_SECRET_ARN variables of Globals and of its own Environment.
+func envSecrets(t *testing.T, tpl cfnTemplate, globals map[string]any, fn string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	add := func(vars map[string]any) {
+		for name, v := range vars {
+			if !strings.HasSuffix(name, "_SECRET_ARN") {
+				continue
+			}
+			ref, _ := v.(map[string]any)["Ref"].(string)
+			if ref == "" || secretParams[name] != ref {
+				t.Errorf("%s: %s is %v, want !Ref %s", fn, name, v, secretParams[name])
+			}
+			out[ref] = true
+		}
+	}
+	add(envVars(globals))
+	add(envVars(tpl.props(fn)))
+	return out
+}
+
+func envVars(props map[string]any) map[string]any {
+	env, _ := props["Environment"].(map[string]any)
+	vars, _ := env["Variables"].(map[string]any)
+	return vars
+}
+
+// policySecrets returns the secret parameters the function's policies let
+// it read, and fails on any secretsmanager grant that is not GetSecretValue
+// on one parameter's ARN (BatchGetSecretValue, which has no resource-level
+// permission, aside).
+func policySecrets(t *testing.T, tpl cfnTemplate, fn string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	pols, _ := tpl.props(fn)["Policies"].([]any)
+	for _, p := range pols {
+		ref, _ := p.(map[string]any)["Ref"].(string)
+		if tpl.Resources[ref]["Type"] != "AWS::IAM::ManagedPolicy" {
+			t.Errorf("%s: policy %v is not a managed policy of this template; the test cannot see what it grants", fn, p)
+			continue
+		}
+		doc, _ := tpl.props(ref)["PolicyDocument"].(map[string]any)
+		stmts, _ := doc["Statement"].([]any)
+		for _, st := range stmts {
+			m, _ := st.(map[string]any)
+			if _, isIf := m["Fn::If"]; isIf {
+				continue // the conditional kms:Decrypt
+			}
+			action := fmt.Sprint(m["Action"])
+			if !strings.Contains(action, "secretsmanager:") {
+				continue
+			}
+			switch action {
+			case "secretsmanager:BatchGetSecretValue":
+				continue
+			case "secretsmanager:GetSecretValue":
+				res, _ := m["Resource"].(map[string]any)
+				param, _ := res["Ref"].(string)
+				if !slices.Contains(slices.Collect(maps.Values(secretParams)), param) {
+					t.Errorf("%s: policy %s grants GetSecretValue on %v, not on one secret parameter", fn, ref, m["Resource"])
+				}
+				out[param] = true
+			default:
+				t.Errorf("%s: policy %s grants %s", fn, ref, action)
+			}
+		}
+	}
+	return out
+}
+
+func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
+	tpl := loadTemplate(t, "template.yaml")
+	raw, err := os.ReadFile(filepath.Join("..", "..", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	top := plain(doc.Content[0]).(map[string]any)
+	globals, _ := top["Globals"].(map[string]any)
+	globalFn, _ := globals["Function"].(map[string]any)
+
+	fns := tpl.ofType("AWS::Serverless::Function")
+	readers := map[string][]string{} // secret parameter -> functions that can read it
+	for _, fn := range fns {
+		env := envSecrets(t, tpl, globalFn, fn)
+		pol := policySecrets(t, tpl, fn)
+		if strings.Join(slices.Sorted(maps.Keys(env)), ",") != strings.Join(slices.Sorted(maps.Keys(pol)), ",") {
+			t.Errorf("%s is told about secrets %v but its policies let it read %v: the two must be the same", fn, slices.Sorted(maps.Keys(env)), slices.Sorted(maps.Keys(pol)))
+		}
+		for p := range pol {
+			readers[p] = append(readers[p], fn)
+		}
+	}
+	for _, p := range readers {
+		sort.Strings(p)
+	}
+
+	tests := []struct {
+		name   string
+		secret string
+		may    func(fn string) bool
+	}{
+		{"only admin routes can read the admin key", "AdminKeySecretArn",
+			func(fn string) bool { return strings.HasPrefix(fn, "Admin") }},
+		{"only the token function and the dispatcher can read the inbox master key", "InboxMasterKeySecretArn",
+			func(fn string) bool { return fn == "AuthTokenFunction" || fn == "DispatcherFunction" }},
+		{"no scheduled, deploy-time, admin or public function can read the JWT keys", "JwtKeysSecretArn",
+			func(fn string) bool {
+				switch fn {
+				case "HealthFunction", "MigrateFunction", "DispatcherFunction", "PresenceScannerFunction", "TaskScannerFunction", "OutboxJanitorFunction":
+					return false
+				}
+				return !strings.HasPrefix(fn, "Admin")
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(readers[tc.secret]) == 0 {
+				t.Fatalf("no function reads %s: the template was not read", tc.secret)
+			}
+			for _, fn := range readers[tc.secret] {
+				if !tc.may(fn) {
+					t.Errorf("%s can read %s", fn, tc.secret)
+				}
+			}
+		})
+	}
+	t.Run("the token function can read the JWT keys and the inbox master key", func(t *testing.T) {
+		for _, s := range []string{"JwtKeysSecretArn", "InboxMasterKeySecretArn"} {
+			if !contains(readers[s], "AuthTokenFunction") {
+				t.Errorf("AuthTokenFunction cannot read %s", s)
+			}
+		}
+	})
+	t.Run("every function can read the database secret", func(t *testing.T) {
+		if len(readers["DBSecretArn"]) != len(fns) {
+			t.Errorf("%d of %d functions can read the database secret", len(readers["DBSecretArn"]), len(fns))
 		}
 	})
 }

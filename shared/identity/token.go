@@ -93,6 +93,9 @@ func (s *Service) issueToken(ctx context.Context, keyID string, hash []byte, ok 
 	if !ok {
 		return TokenResponse{}, errBadKey
 	}
+	if s.Sealer == nil {
+		return TokenResponse{}, errors.New("identity: no inbox master key configured (MESH_INBOX_MASTER_KEY)")
+	}
 	var agentID string
 	var stored []byte
 	var revoked sql.NullTime

@@ -33,9 +33,23 @@ type DB struct {
 	*sql.DB
 }
 
+// Credentials supplies the user and password of a new connection; fresh
+// asks for them to be read again from their source, because the server just
+// refused the previous ones.
+type Credentials func(ctx context.Context, fresh bool) (user, password string, err error)
+
 // Open connects with dsn, forcing the options the code relies on (parsed UTC
 // times, utf8mb4) and checks the server answers.
 func Open(ctx context.Context, dsn string) (*DB, error) {
+	return OpenWithCredentials(ctx, dsn, nil)
+}
+
+// OpenWithCredentials is Open with the user and password of every new
+// connection taken from creds (when not nil) instead of the DSN. A connection
+// the server refuses for its credentials (1045, a rotated password) asks
+// creds for fresh ones and is tried once more, so a pool follows a rotation
+// without restarting.
+func OpenWithCredentials(ctx context.Context, dsn string, creds Credentials) (*DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: bad DSN: %w", err)
@@ -49,9 +63,13 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	// for the same reason: every time is a UTC parameter from the application's
 	// clock, never the server's NOW() or time_zone.
 	cfg.InterpolateParams = true
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: %w", err)
+	var connector driver.Connector
+	if creds == nil {
+		if connector, err = mysql.NewConnector(cfg); err != nil {
+			return nil, fmt.Errorf("mysql: %w", err)
+		}
+	} else {
+		connector = &credConnector{cfg: cfg, creds: creds}
 	}
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(defaultMaxConns)
@@ -162,3 +180,36 @@ func Placeholders(n int) string {
 	}
 	return strings.Repeat("?,", n-1) + "?"
 }
+
+// errAccessDenied is the server's "Access denied for user" (wrong password).
+const errAccessDenied = 1045
+
+// credConnector makes each connection with the credentials of the moment.
+type credConnector struct {
+	cfg   *mysql.Config
+	creds Credentials
+}
+
+func (c *credConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.connect(ctx, false)
+	if errNumber(err) == errAccessDenied {
+		conn, err = c.connect(ctx, true)
+	}
+	return conn, err
+}
+
+func (c *credConnector) connect(ctx context.Context, fresh bool) (driver.Conn, error) {
+	user, pass, err := c.creds(ctx, fresh)
+	if err != nil {
+		return nil, err
+	}
+	cfg := c.cfg.Clone()
+	cfg.User, cfg.Passwd = user, pass
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return conn.Connect(ctx)
+}
+
+func (c *credConnector) Driver() driver.Driver { return &mysql.MySQLDriver{} }
