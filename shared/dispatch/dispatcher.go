@@ -191,9 +191,8 @@ func orDefault[T int | time.Duration](p *T, v T) {
 // unreachable) does not end the run: the next one follows after a short
 // backoff. Run returns before ctx's deadline: after the first batch it starts
 // none that could not finish in time, and it bounds every batch by that
-// deadline. It returns the
-// last error that was not a transient one, if any, so the invocation shows as
-// failed while delivery went on.
+// deadline. It returns the last error that was not a transient one, if any,
+// so the invocation shows as failed while delivery went on.
 func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
 	d.defaults()
 	stop := time.Now().Add(budget)
