@@ -1,12 +1,12 @@
 """Fuzz the HTTP API with schemathesis against a private local stack.
 
 Run by infra/fuzz-api.sh inside its virtualenv (.local/venv-fuzz, with
-schemathesis and PyMySQL). Steps: create a fresh database on the MariaDB/MySQL of the DSN,
-start cmd/meshlocal on a free port with that database, embedded Kafka (kfake)
-and a private state directory (so it never meets a running `make run`), create
-agents with the admin API, exchange one agent's API key for a JWT, run
-schemathesis over openapi.yaml with infra/schemathesis.toml, and stop and drop
-what it started. Credentials go to schemathesis through its environment only
+schemathesis and PyMySQL). Steps: create a fresh database on the MariaDB/MySQL
+of the DSN, start cmd/meshlocal on a free port with that database, embedded
+Kafka (kfake) and a private state directory (so it never meets a running
+`make run`), create agents with the admin API, exchange one agent's API key
+for a JWT, run schemathesis over openapi.yaml with infra/schemathesis.toml,
+and stop and drop what it started. Credentials go to schemathesis through its environment only
 and are never printed. Exit status: schemathesis's (0: no failure).
 """
 
