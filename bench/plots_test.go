@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,10 +29,12 @@ func (r *Results) plots(t *testing.T, dir string) []string {
 	if len(r.lat) > 0 {
 		p := plot.New()
 		p.Title.Text = "2xx → handler latency (CDF)"
-		p.X.Label.Text = "latency (ms)"
+		p.X.Label.Text = "latency (ms, log scale)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Label.Text = "fraction of messages handled"
-		p.Legend.Top = false
-		p.Legend.Left = false
+		p.Legend.Top = true
+		p.Legend.Left = true
 		var lines []any
 		keys := make([]string, 0, len(r.lat))
 		for k := range r.lat {
@@ -44,10 +47,11 @@ func (r *Results) plots(t *testing.T, dir string) []string {
 			step := max(1, len(s)/1000)
 			pts := make(plotter.XYs, 0, len(s)/step+1)
 			for i := 0; i < len(s); i += step {
-				pts = append(pts, plotter.XY{X: float64(s[i]) / float64(time.Millisecond), Y: float64(i+1) / float64(len(s))})
+				pts = append(pts, plotter.XY{X: msAtLeast1(s[i]), Y: float64(i+1) / float64(len(s))})
 			}
-			pts = append(pts, plotter.XY{X: float64(s[len(s)-1]) / float64(time.Millisecond), Y: 1})
-			lines = append(lines, k+" msg/s", pts)
+			pts = append(pts, plotter.XY{X: msAtLeast1(s[len(s)-1]), Y: 1})
+			rate, h, _ := strings.Cut(k, "/")
+			lines = append(lines, rate+" msg/s, "+h, pts)
 		}
 		if err := plotutil.AddLines(p, lines...); err == nil && save(t, p, dir, "latency-cdf.png") {
 			out = append(out, "latency-cdf.png")
@@ -101,6 +105,11 @@ func (r *Results) plots(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// msAtLeast1 is d in milliseconds, at least 1 (a log axis has no 0).
+func msAtLeast1(d time.Duration) float64 {
+	return max(1, float64(d)/float64(time.Millisecond))
 }
 
 func save(t *testing.T, p *plot.Plot, dir, name string) bool {

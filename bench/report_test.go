@@ -177,6 +177,7 @@ func (r *Results) write(t *testing.T, path string) error {
 		w("**Stages that failed in this run (their figures are missing):** %s\n\n", strings.Join(r.skipped, ", "))
 	}
 
+	r.targets(w)
 	w("## Relay: outbox → Kafka\n\n| Relay | Rate | ÷ watermill | ÷ raw produce |\n|---|---|---|---|\n")
 	for _, m := range []int{1, 50, 1000} {
 		k := fmt.Sprintf("relay.dispatcher.r%d", m)
@@ -256,4 +257,63 @@ func (r *Results) write(t *testing.T, path string) error {
 func latOrder(k string) string {
 	rate, h, _ := strings.Cut(k, "/")
 	return fmt.Sprintf("%08s/%s", rate, h)
+}
+
+// targets writes the targets, each met or not in this run.
+func (r *Results) targets(w func(string, ...any)) {
+	var rows [][3]string
+	check := func(name string, ok, have bool, got string) {
+		verdict := "not measured"
+		if have {
+			verdict = map[bool]string{true: "met", false: "**not met**"}[ok]
+		}
+		rows = append(rows, [3]string{name, got, verdict})
+	}
+	if wm, ok := r.figs["relay.watermill"]; ok {
+		worst, have := math.Inf(1), false
+		for _, m := range []int{1, 50, 1000} {
+			if d, ok := r.figs[fmt.Sprintf("relay.dispatcher.r%d", m)]; ok {
+				worst, have = math.Min(worst, d.v/wm.v), true
+			}
+		}
+		check("relay ≥ 10× watermill (worst of 1, 50, 1,000 recipients)", worst >= 10, have, short(worst)+"×")
+	} else if *report {
+		check("relay ≥ 10× watermill", false, false, "—")
+	}
+	for _, c := range []int{1, 32} {
+		s, ok1 := r.figs[fmt.Sprintf("send.c%d", c)]
+		raw, ok2 := r.figs[fmt.Sprintf("raw.c%d", c)]
+		if ok1 && ok2 {
+			check(fmt.Sprintf("send path ≥ 60%% of its statements raw, %d client(s)", c), s.v >= 0.6*raw.v, true, short(100*s.v/raw.v)+"%")
+		}
+	}
+	for _, h := range []string{"noop", "exec"} {
+		if l, ok := r.lat["200/"+h]; ok {
+			p99 := quantile(l, .99)
+			check("p99 ≤ 250 ms at 200 msg/s, "+h+" handler", p99 <= 250*time.Millisecond, true, ms(p99))
+		}
+	}
+	if m, ok := r.figs["meshd.noop"]; ok {
+		check("meshd ≥ 5,000 events/s, no-op handler", m.v >= 5000, true, fmtNum(m.v)+" events/s")
+	}
+	var b1k, b100k time.Duration
+	for _, s := range r.scale {
+		if s.what == "dispatcher batch" && s.size == 1_000 {
+			b1k = s.took
+		}
+		if s.what == "dispatcher batch" && s.size == 100_000 {
+			b100k = s.took
+		}
+	}
+	if b1k > 0 && b100k > 0 {
+		check("dispatcher batch at 100,000 recipients ≤ 2× at 1,000", b100k <= 2*b1k, true, short(float64(b100k)/float64(b1k))+"×")
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w("## Targets\n\n| Target | This run | Verdict |\n|---|---|---|\n")
+	for _, row := range rows {
+		w("| %s | %s | %s |\n", row[0], row[1], row[2])
+	}
+	w("\n")
 }
