@@ -8,8 +8,9 @@
 # refuses as malformed, and any secured operation that answers without valid
 # credentials. `make test` runs it after the Go tests.
 #
-# schemathesis and PyMySQL are installed with pip into .local/venv-fuzz
-# (once; later runs reuse them). Settings: infra/schemathesis.toml;
+# schemathesis and PyMySQL (infra/fuzz-requirements.txt) are installed with
+# pip into .local/venv-fuzz (once; later runs reuse them). Settings:
+# infra/schemathesis.toml;
 # MESH_FUZZ_EXAMPLES (examples per operation, default 30), MESH_FUZZ_SEED (1),
 # MESH_FUZZ_CHECKS (schemathesis --checks, to explore beyond the gate: "all").
 set -euo pipefail
@@ -20,21 +21,20 @@ STATE="${MESH_STATE_DIR:-$ROOT/.local}"
 # wiped whenever SAM's pin changes, and pip installing into it could move a
 # package SAM pins (pip only warns about an installed package's broken pins).
 VENV="$STATE/venv-fuzz"
-# Pinned so a new release cannot turn CI red overnight (4.x changed the CLI
-# and the config file from 3.x).
-SCHEMATHESIS_VERSION="4.32.5"
-PYMYSQL_VERSION="1.2.4"
-STAMP="$VENV/.installed-schemathesis-$SCHEMATHESIS_VERSION-pymysql-$PYMYSQL_VERSION"
+# Every package pinned (schemathesis 4.x, whose CLI and config file differ
+# from 3.x, and all it pulls in), so a new release cannot turn CI red
+# overnight; a changed list reinstalls.
+REQUIREMENTS="$ROOT/infra/fuzz-requirements.txt"
+STAMP="$VENV/.installed-$(cksum <"$REQUIREMENTS" | cut -d" " -f1)"
 
 command -v python3 >/dev/null || { echo "python3 not found: install python3 and python3-venv" >&2; exit 1; }
 
 mkdir -p "$STATE"
 if [[ ! -f $STAMP ]]; then
-  echo "fuzz: installing schemathesis $SCHEMATHESIS_VERSION and PyMySQL $PYMYSQL_VERSION into $VENV (first run only)…"
+  echo "fuzz: installing $(grep -E '^(schemathesis|PyMySQL)==' "$REQUIREMENTS" | paste -sd' ') into $VENV (first run only)…"
   rm -rf "$VENV"
   python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
-    "schemathesis==$SCHEMATHESIS_VERSION" "PyMySQL==$PYMYSQL_VERSION" >"$STATE/venv-fuzz-install.log" 2>&1 \
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQUIREMENTS" >"$STATE/venv-fuzz-install.log" 2>&1 \
     || { echo "pip install failed; see $STATE/venv-fuzz-install.log" >&2; exit 1; }
   touch "$STAMP"
 fi
