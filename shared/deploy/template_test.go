@@ -353,3 +353,126 @@ func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 		}
 	})
 }
+
+func TestTheStackIsObservable(t *testing.T) {
+	tpl := loadTemplate(t, "template.yaml")
+	raw, err := os.ReadFile(filepath.Join("..", "..", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	globals, _ := plain(doc.Content[0]).(map[string]any)["Globals"].(map[string]any)
+	globalFn, _ := globals["Function"].(map[string]any)
+	alarms := tpl.ofType("AWS::CloudWatch::Alarm")
+
+	t.Run("every mesh metric alarm watches its own stack's series", func(t *testing.T) {
+		if fmt.Sprint(envVars(globalFn)["MESH_STACK_NAME"]) != fmt.Sprint(map[string]any{"Ref": "AWS::StackName"}) {
+			t.Errorf("Globals do not set MESH_STACK_NAME to the stack name: %v", envVars(globalFn)["MESH_STACK_NAME"])
+		}
+		n := 0
+		for _, a := range alarms {
+			p := tpl.props(a)
+			if p["Namespace"] != "AgentMesh" {
+				continue
+			}
+			n++
+			if !strings.Contains(fmt.Sprint(p["Dimensions"]), "Name:Stack Value:map[Ref:AWS::StackName]") {
+				t.Errorf("%s has dimensions %v, want Stack = the stack name", a, p["Dimensions"])
+			}
+		}
+		if n < 4 {
+			t.Errorf("%d alarms on AgentMesh metrics, want at least 4", n)
+		}
+	})
+
+	t.Run("a dispatcher that stops running raises an alarm", func(t *testing.T) {
+		for _, a := range alarms {
+			p := tpl.props(a)
+			if p["Namespace"] == "AgentMesh" && p["MetricName"] == "OutboxSent" && p["TreatMissingData"] == "breaching" &&
+				p["Statistic"] == "SampleCount" && p["ComparisonOperator"] == "LessThanThreshold" {
+				return
+			}
+		}
+		t.Fatal("no alarm on the dispatcher's per-run metric (OutboxSent) with missing data breaching")
+	})
+
+	t.Run("errors and throttles of every scheduled function raise an alarm", func(t *testing.T) {
+		watched := map[string]bool{}
+		for _, a := range alarms {
+			ms, _ := tpl.props(a)["Metrics"].([]any)
+			for _, m := range ms {
+				stat, _ := m.(map[string]any)["MetricStat"].(map[string]any)
+				metric, _ := stat["Metric"].(map[string]any)
+				if metric["Namespace"] != "AWS/Lambda" {
+					continue
+				}
+				dims, _ := metric["Dimensions"].([]any)
+				for _, d := range dims {
+					ref, _ := d.(map[string]any)["Value"].(map[string]any)["Ref"].(string)
+					watched[ref+" "+fmt.Sprint(metric["MetricName"])] = true
+				}
+			}
+		}
+		for _, fn := range tpl.ofType("AWS::Serverless::Function") {
+			if !strings.Contains(fmt.Sprint(tpl.props(fn)["Events"]), "Type:Schedule") {
+				continue
+			}
+			for _, m := range []string{"Errors", "Throttles"} {
+				if !watched[fn+" "+m] {
+					t.Errorf("no alarm watches %s of %s", m, fn)
+				}
+			}
+		}
+	})
+
+	t.Run("API 5xx raise an alarm", func(t *testing.T) {
+		for _, a := range alarms {
+			p := tpl.props(a)
+			if p["Namespace"] == "AWS/ApiGateway" && p["MetricName"] == "5xx" {
+				return
+			}
+		}
+		t.Fatal("no alarm on the HTTP API's 5xx")
+	})
+
+	t.Run("every log group has a retention and every function logs to one", func(t *testing.T) {
+		groups := tpl.ofType("AWS::Logs::LogGroup")
+		for _, g := range groups {
+			if tpl.props(g)["RetentionInDays"] == nil {
+				t.Errorf("log group %s keeps logs forever", g)
+			}
+		}
+		lc, _ := globalFn["LoggingConfig"].(map[string]any)
+		ref, _ := lc["LogGroup"].(map[string]any)["Ref"].(string)
+		if !contains(groups, ref) {
+			t.Errorf("Globals.Function.LoggingConfig.LogGroup is %v, not a log group of the template", lc["LogGroup"])
+		}
+		for _, fn := range tpl.ofType("AWS::Serverless::Function") {
+			if tpl.props(fn)["LoggingConfig"] != nil {
+				t.Errorf("%s overrides the shared log group", fn)
+			}
+		}
+	})
+
+	t.Run("the HTTP API writes access logs and functions are traced", func(t *testing.T) {
+		for _, api := range tpl.ofType("AWS::Serverless::HttpApi") {
+			als, _ := tpl.props(api)["AccessLogSettings"].(map[string]any)
+			if als == nil { // or for every HTTP API, in Globals
+				globalAPI, _ := globals["HttpApi"].(map[string]any)
+				als, _ = globalAPI["AccessLogSettings"].(map[string]any)
+			}
+			if als["DestinationArn"] == nil || als["Format"] == nil {
+				t.Errorf("%s has no access logs", api)
+			}
+		}
+		if globalFn["Tracing"] != "Active" {
+			t.Errorf("Globals.Function.Tracing is %v, want Active (X-Ray)", globalFn["Tracing"])
+		}
+		if len(tpl.ofType("AWS::CloudWatch::Dashboard")) != 1 {
+			t.Error("no CloudWatch dashboard")
+		}
+	})
+}

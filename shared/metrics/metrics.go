@@ -15,14 +15,22 @@ import (
 // template.yaml use it.
 const Namespace = "AgentMesh"
 
+// StackDimension is the dimension every metric carries when the function
+// knows its stack (MESH_STACK_NAME, set by template.yaml): two stacks in one
+// account never add up into one series, and each stack's alarms watch only
+// their own.
+const StackDimension = "Stack"
+
 // Sink writes EMF lines; the zero value writes to stdout.
 type Sink struct {
 	mu sync.Mutex
 	W  io.Writer
+	// Stack is the value of the Stack dimension ("" for none).
+	Stack string
 }
 
-// Default is the process's sink.
-var Default = &Sink{}
+// Default is the process's sink, in the stack named by MESH_STACK_NAME.
+var Default = &Sink{Stack: os.Getenv("MESH_STACK_NAME")}
 
 // Emit writes one EMF record holding the given values. Units: names ending
 // in "Seconds" are Seconds, everything else is Count.
@@ -44,10 +52,15 @@ func (s *Sink) Emit(values map[string]float64) {
 		ms = append(ms, metric{Name: name, Unit: unit})
 		rec[name] = v
 	}
+	dims := []string{}
+	if s.Stack != "" {
+		dims = append(dims, StackDimension)
+		rec[StackDimension] = s.Stack
+	}
 	rec["_aws"] = map[string]any{
 		"Timestamp": time.Now().UnixMilli(),
 		"CloudWatchMetrics": []map[string]any{{
-			"Namespace": Namespace, "Dimensions": [][]string{{}}, "Metrics": ms,
+			"Namespace": Namespace, "Dimensions": [][]string{dims}, "Metrics": ms,
 		}},
 	}
 	b, err := json.Marshal(rec)
