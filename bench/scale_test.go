@@ -214,47 +214,80 @@ func measureScale(t *testing.T, r *Results) {
 			perUnit: fmt.Sprintf("%d events in the batch, %.1f µs/event", sent, float64(took.Microseconds())/float64(max(sent, 1))), explain: plan})
 
 		if rc == 10 {
-			// The inbox read of one recipient among 1,000,000 stored events.
-			in := outbox.Inbox{DB: db}
-			took, plan := timeJob(t, db, p, pdb, 5, func(db *mysql.DB) error {
-				in.DB = db
-				_, err := in.Read(ctx, "s000003", int64(pending/rc/2), 100)
-				return err
-			})
-			r.addScale(scaleRow{what: "inbox read (page of 100)", size: pending, took: took, unit: "stored events", perUnit: "per page", explain: plan})
+			inboxCase(t, r, db, p, pdb, pending, rc)
 		}
 		if rc == 100_000 {
-			// The same rows, all sent two days ago: the janitor's batch.
-			say("scale: marking %d events sent two days ago", pending)
-			if _, err := db.Exec("UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending'", time.Now().UTC().Add(-48*time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-			took, plan := timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {
-				_, _, err := outbox.Janitor{DB: db, Clock: mesh.SystemClock, Retention: 24 * time.Hour}.RunOnce(ctx)
-				return err
-			})
-			r.addScale(scaleRow{what: "janitor batch", size: pending, took: took, unit: "expired rows", perUnit: "per batch of 500", explain: plan})
-
-			// The scanners on 100,000 agents and tasks, nothing due: their
-			// cost every minute.
-			now := time.Now().UTC()
-			for off := 0; off < rc; off += 100_000 {
-				if _, err := db.Exec(scaleTasksSQL, rc, now, now, off, rc); err != nil {
-					t.Fatal(err)
-				}
-			}
-			id := &identity.Service{DB: db, Clock: mesh.SystemClock, Sealer: sealer}
-			took, plan = timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {
-				id.DB = db
-				return id.ScanPresence(ctx)
-			})
-			r.addScale(scaleRow{what: "presence scanner", size: rc, took: took, unit: "agents", perUnit: "per run, none due", explain: plan})
-			svc := &tasks.Service{DB: db, Clock: mesh.SystemClock, Log: quiet, IdleTimeout: 24 * time.Hour}
-			took, plan = timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {
-				svc.DB = db
-				return svc.ScanIdleTasks(ctx)
-			})
-			r.addScale(scaleRow{what: "task scanner", size: rc, took: took, unit: "tasks", perUnit: "per run, none due", explain: plan})
+			janitorCase(t, r, db, p, pdb, pending)
+			scannerCases(t, r, db, p, pdb, rc, sealer, quiet)
 		}
 	}
+
+	// The same jobs on small tables, for the slope.
+	small := sized(10_000, 1_000)
+	say("scale: the same jobs at %d events, %d agents and tasks", small, small/10)
+	db, dsn := scaleDB(t)
+	fillAgents(t, db, small/10, 10)
+	fillEvents(t, db, small, 10, "pending", nil)
+	pdb, p := proxied(t, dsn)
+	inboxCase(t, r, db, p, pdb, small, 10)
+	janitorCase(t, r, db, p, pdb, small)
+	scannerCases(t, r, db, p, pdb, small/10, sealer, quiet)
+	r.mu.Lock()
+	slices.SortStableFunc(r.scale, func(a, b scaleRow) int {
+		if c := strings.Compare(a.what, b.what); c != 0 {
+			return c
+		}
+		return a.size - b.size
+	})
+	r.mu.Unlock()
+}
+
+// inboxCase times the read of a page of 100 from the middle of one
+// recipient's inbox, with n events stored over rc recipients.
+func inboxCase(t *testing.T, r *Results, db *mysql.DB, p *countingProxy, pdb *mysql.DB, n, rc int) {
+	in := outbox.Inbox{DB: db}
+	took, plan := timeJob(t, db, p, pdb, 5, func(db *mysql.DB) error {
+		in.DB = db
+		_, err := in.Read(context.Background(), "s000003", int64(n/rc/2), 100)
+		return err
+	})
+	r.addScale(scaleRow{what: "inbox read (page of 100)", size: n, took: took, unit: "stored events", perUnit: "per page", explain: plan})
+}
+
+// janitorCase marks every event sent two days ago and times one janitor
+// batch.
+func janitorCase(t *testing.T, r *Results, db *mysql.DB, p *countingProxy, pdb *mysql.DB, n int) {
+	say("scale: marking %d events sent two days ago", n)
+	if _, err := db.Exec("UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending'", time.Now().UTC().Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	took, plan := timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {
+		_, _, err := outbox.Janitor{DB: db, Clock: mesh.SystemClock, Retention: 24 * time.Hour}.RunOnce(context.Background())
+		return err
+	})
+	r.addScale(scaleRow{what: "janitor batch", size: n, took: took, unit: "expired rows", perUnit: "per batch of 500", explain: plan})
+}
+
+// scannerCases times the presence and task scanners over n active agents
+// and n tasks, none due: their cost every minute.
+func scannerCases(t *testing.T, r *Results, db *mysql.DB, p *countingProxy, pdb *mysql.DB, n int, sealer *seal.Sealer, log *slog.Logger) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for off := 0; off < n; off += 100_000 {
+		if _, err := db.Exec(scaleTasksSQL, n, now, now, off, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := &identity.Service{DB: db, Clock: mesh.SystemClock, Sealer: sealer}
+	took, plan := timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {
+		id.DB = db
+		return id.ScanPresence(ctx)
+	})
+	r.addScale(scaleRow{what: "presence scanner", size: n, took: took, unit: "agents", perUnit: "per run, none due", explain: plan})
+	svc := &tasks.Service{DB: db, Clock: mesh.SystemClock, Log: log, IdleTimeout: 24 * time.Hour}
+	took, plan = timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {
+		svc.DB = db
+		return svc.ScanIdleTasks(ctx)
+	})
+	r.addScale(scaleRow{what: "task scanner", size: n, took: took, unit: "tasks", perUnit: "per run, none due", explain: plan})
 }
