@@ -2,9 +2,12 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +64,9 @@ func LoadAWS(ctx context.Context, getenv Getenv) (Config, error) {
 	vals := map[string]string{}
 	for _, name := range secretSettings {
 		if arn, ok := byName[name]; ok {
-			vals[name] = got[arn]
+			if vals[name], err = generatedForm(name, got[arn]); err != nil {
+				return Config{}, err
+			}
 		}
 	}
 	var creds *dbCredentials
@@ -174,4 +179,38 @@ func (c *dbCredentials) get(ctx context.Context, fresh bool) (string, string, er
 	}
 	c.user, c.pass = user, pass
 	return user, pass, nil
+}
+
+// minGenerated is the least length of a generated secret's random part.
+const minGenerated = 32
+
+// generatedForm turns the JSON forms CloudFormation can generate
+// (infra/aws/platform.yaml: GenerateSecretString with a template) into the
+// settings' own formats; any other value is returned as it is.
+//   - MESH_JWT_KEYS: {"kid":"k1","secret":"<random>"} is the one key k1 with
+//     the secret's bytes.
+//   - MESH_INBOX_MASTER_KEY: {"secret":"<random>"} is the SHA-256 of the
+//     secret (32 bytes).
+func generatedForm(name, v string) (string, error) {
+	if !strings.HasPrefix(strings.TrimSpace(v), "{") {
+		return v, nil
+	}
+	var g struct {
+		Kid    string `json:"kid"`
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal([]byte(v), &g); err != nil || len(g.Secret) < minGenerated {
+		return "", fmt.Errorf("config: %s: a JSON secret must hold a \"secret\" of at least %d characters", name, minGenerated)
+	}
+	switch name {
+	case "MESH_JWT_KEYS":
+		if g.Kid == "" {
+			return "", fmt.Errorf("config: %s: a JSON secret must name its \"kid\"", name)
+		}
+		return g.Kid + ":" + base64.StdEncoding.EncodeToString([]byte(g.Secret)), nil
+	case "MESH_INBOX_MASTER_KEY":
+		sum := sha256.Sum256([]byte(g.Secret))
+		return base64.StdEncoding.EncodeToString(sum[:]), nil
+	}
+	return "", fmt.Errorf("config: %s has no JSON form", name)
 }

@@ -1,7 +1,9 @@
 package config_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"net"
 	"strings"
@@ -78,6 +80,36 @@ func TestSecretsComeInOneCallAndTheDatabasePasswordFollowsRotation(t *testing.T)
 		if calls := moto.Calls(); len(calls) != 0 {
 			t.Fatalf("working credentials were read again: %v", calls)
 		}
+	})
+
+	t.Run("the secrets the platform stack generates are read in their JSON forms", func(t *testing.T) {
+		random := strings.Repeat("r7", 32)
+		cfg, err := config.LoadAWS(ctx, func(k string) string {
+			return map[string]string{
+				"MYSQL_DSN":                        dsn,
+				"MESH_JWT_KEYS_SECRET_ARN":         moto.PutSecret(t, "mesh/jwt-generated", `{"kid":"k1","secret":"`+random+`"}`),
+				"MESH_INBOX_MASTER_KEY_SECRET_ARN": moto.PutSecret(t, "mesh/inbox-generated", `{"secret":"`+random+`"}`),
+			}[k]
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(random))
+		if len(cfg.JWTKeys) != 1 || cfg.JWTKeys[0].ID != "k1" || string(cfg.JWTKeys[0].Secret) != random || !bytes.Equal(cfg.InboxMasterKey, sum[:]) {
+			t.Fatalf("JWT keys %+v, inbox master key %x: want k1 with the secret's bytes and the secret's SHA-256", cfg.JWTKeys, cfg.InboxMasterKey)
+		}
+		moto.Calls()
+	})
+
+	t.Run("a generated secret too short to be a key is refused", func(t *testing.T) {
+		_, err := config.LoadAWS(ctx, func(k string) string {
+			return map[string]string{"MYSQL_DSN": dsn,
+				"MESH_INBOX_MASTER_KEY_SECRET_ARN": moto.PutSecret(t, "mesh/inbox-short", `{"secret":"short"}`)}[k]
+		})
+		if err == nil || !strings.Contains(err.Error(), "MESH_INBOX_MASTER_KEY") {
+			t.Fatalf("err %v, want one naming MESH_INBOX_MASTER_KEY", err)
+		}
+		moto.Calls()
 	})
 
 	t.Run("without any secret ARN no AWS call is made", func(t *testing.T) {
