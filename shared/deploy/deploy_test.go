@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/agentmesh/agentmesh/shared/awstest"
 	"github.com/agentmesh/agentmesh/shared/deploy"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -83,7 +85,9 @@ func sampleEvent(t *testing.T, cf *cloudFormation, typ cfn.RequestType) cfn.Even
 	if ev.RequestType != cfn.RequestCreate || ev.ResourceType != "Custom::SchemaMigration" || ev.ResponseURL == "" {
 		t.Fatalf("events/migrate.json is not a Create event of Custom::SchemaMigration: %+v", ev)
 	}
-	ev.ResponseURL = cf.URL + "/response?X-Amz-Signature=test"
+	if cf != nil {
+		ev.ResponseURL = cf.URL + "/response?X-Amz-Signature=test"
+	}
 	if typ != cfn.RequestCreate {
 		ev.RequestType = typ
 		ev.PhysicalResourceID = deploy.PhysicalResourceID
@@ -328,5 +332,56 @@ func TestTheCustomResourceRefusesATemplateWrittenForOtherMigrations(t *testing.T
 	}
 	if n != 0 {
 		t.Fatalf("the refused run created %d tables", n)
+	}
+}
+
+// CloudFormation waits for a custom resource's answer at a presigned S3 URL;
+// here moto serves one, and each invocation must leave exactly one answer
+// there: SUCCESS after migrating, FAILED with the cause when it cannot.
+func TestTheCustomResourceAnswersAtAPresignedS3URL(t *testing.T) {
+	moto := awstest.Start(t)
+	moto.CreateBucket(t, "cfn-responses")
+	brokers := kafkatest.Brokers(t)
+	_, dsn := mysqltest.Empty(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+
+	tests := []struct {
+		name   string
+		env    map[string]string
+		status cfn.StatusType
+		reason string
+	}{
+		{"a migration that succeeds answers SUCCESS", map[string]string{
+			"MYSQL_DSN": dsn, "KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_TOPIC": uniqueTopic(t, brokers), "KAFKA_PARTITIONS": "1",
+		}, cfn.StatusSuccess, ""},
+		{"a migration that cannot reach its database answers FAILED with the cause", map[string]string{
+			"MYSQL_DSN": "mesh:mesh@tcp(" + closed + ")/mesh", "KAFKA_BROKERS": "127.0.0.1:1",
+		}, cfn.StatusFailed, "cannot reach"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("arn:aws:cloudformation:us-east-1:123456789012:stack/agent-mesh/x|SchemaMigration|request-%d", i)
+			ev := sampleEvent(t, nil, cfn.RequestCreate)
+			ev.RequestID = fmt.Sprintf("request-%d", i)
+			ev.ResponseURL = moto.PresignedPutURL("cfn-responses", key)
+			moto.Calls()
+			invoke(t, tc.env, ev)
+			if calls := moto.Calls(); len(calls) != 1 {
+				t.Fatalf("requests to S3: %v, want exactly one PUT of the answer", calls)
+			}
+			var r cfn.Response
+			if err := json.Unmarshal(moto.GetObject(t, "cfn-responses", key), &r); err != nil {
+				t.Fatalf("the answer in S3 is not a CloudFormation response: %v", err)
+			}
+			if r.Status != tc.status || r.RequestID != ev.RequestID || r.PhysicalResourceID != deploy.PhysicalResourceID ||
+				!strings.Contains(r.Reason, tc.reason) {
+				t.Fatalf("answer %+v, want %s for %s mentioning %q", r, tc.status, ev.RequestID, tc.reason)
+			}
+		})
 	}
 }
