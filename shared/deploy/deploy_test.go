@@ -234,13 +234,7 @@ func TestTheCustomResourceMigratesAndCreatesTheTopic(t *testing.T) {
 
 func TestTheCustomResourceReportsFailureInsteadOfHanging(t *testing.T) {
 	cf := newCloudFormation(t)
-	// A port nothing listens on: the database is unreachable.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	l.Close()
+	closed := closedAddr(t) // the database is unreachable
 
 	tests := []struct {
 		name   string
@@ -343,12 +337,7 @@ func TestTheCustomResourceAnswersAtAPresignedS3URL(t *testing.T) {
 	moto.CreateBucket(t, "cfn-responses")
 	brokers := kafkatest.Brokers(t)
 	_, dsn := mysqltest.Empty(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	l.Close()
+	closed := closedAddr(t)
 
 	tests := []struct {
 		name   string
@@ -384,4 +373,15 @@ func TestTheCustomResourceAnswersAtAPresignedS3URL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// closedAddr is a local address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
