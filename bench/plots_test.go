@@ -85,9 +85,13 @@ func (r *Results) plots(t *testing.T, dir string) []string {
 		p := plot.New()
 		p.Title.Text = "Time against table size"
 		p.X.Label.Text = "size (rows, recipients or agents; log scale)"
-		p.Y.Label.Text = "time (ms)"
+		p.Y.Label.Text = "time (ms, log scale)"
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Legend.Top = true
+		p.Legend.Left = true
 		byWhat := map[string]plotter.XYs{}
 		var order []string
 		for _, s := range r.scale {
