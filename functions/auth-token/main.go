@@ -1,4 +1,7 @@
-// Command auth-token is the POST /v1/auth/token function: it exchanges an API key for a 1-hour JWT and the inbox key.
+// Command auth-token is the POST /v1/auth/token function: it exchanges an API
+// key for a 1-hour JWT and the inbox keys. It alone holds the JWT signing
+// keys, and at deploy time it publishes their public halves to CloudFormation
+// (Custom::JwtPublicKeys) for the functions that verify tokens.
 package main
 
 import (
@@ -10,5 +13,7 @@ import (
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("AuthTokenFunction")))
+	lambda.Start(env.WithCustomResource(
+		env.HTTP(identity.Endpoints(env.Identity).Must("AuthTokenFunction")),
+		identity.PublicKeysResource(env.Config.JWTKeys)))
 }

@@ -17,6 +17,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/agentmesh/agentmesh/shared/awstest"
+	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
@@ -55,34 +56,84 @@ func TestBuiltFunctionsLoadTheirSecretsInOneCallAndAnswer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "infra", "rie.sh"), "functions/"+tc.fn, tc.event)
-			cmd.Dir = root
-			cmd.Env = append(withoutMeshSettings(os.Environ()), moto.Env()...)
-			cmd.Env = append(cmd.Env, "GO="+goCommand(t), "MESH_DB_HOST="+host, "MESH_DB_PORT="+port,
-				"MESH_DB_NAME="+dc.DBName, "MESH_DB_TLS=false")
+			env := map[string]string{"MESH_DB_HOST": host, "MESH_DB_PORT": port, "MESH_DB_NAME": dc.DBName, "MESH_DB_TLS": "false"}
 			for k, v := range tc.secrets {
-				cmd.Env = append(cmd.Env, k+"="+v)
+				env[k] = v
 			}
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			moto.Calls()
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("infra/rie.sh: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-			}
-			if calls := moto.Calls(); calls["secretsmanager.BatchGetSecretValue"] != 1 || len(calls) != 1 {
-				t.Errorf("Secrets Manager calls: %v, want exactly one secretsmanager.BatchGetSecretValue", calls)
-			}
+			stdout, stderr := runUnderRIE(t, root, moto, tc.fn, tc.event, env)
 			var resp events.APIGatewayV2HTTPResponse
-			if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &resp); err != nil {
-				t.Fatalf("the response is not an API Gateway v2 response: %v\n%s", err, stdout.String())
+			if err := json.Unmarshal(bytes.TrimSpace(stdout), &resp); err != nil {
+				t.Fatalf("the response is not an API Gateway v2 response: %v\n%s", err, stdout)
 			}
 			if resp.StatusCode != tc.status {
-				t.Fatalf("got %d %s, want %d\nstderr:\n%s", resp.StatusCode, resp.Body, tc.status, stderr.String())
+				t.Fatalf("got %d %s, want %d\nstderr:\n%s", resp.StatusCode, resp.Body, tc.status, stderr)
 			}
 		})
 	}
+
+	t.Run("the token function publishes its public key to CloudFormation and nothing else", func(t *testing.T) {
+		secret := strings.Repeat("s3cr3t", 8)
+		env := map[string]string{"MESH_DB_HOST": host, "MESH_DB_PORT": port, "MESH_DB_NAME": dc.DBName, "MESH_DB_TLS": "false",
+			"MESH_DB_SECRET_ARN":               dbArn,
+			"MESH_JWT_KEYS_SECRET_ARN":         moto.PutSecret(t, "mesh/jwt-"+name, `{"kid":"k1","secret":"`+secret+`"}`),
+			"MESH_INBOX_MASTER_KEY_SECRET_ARN": moto.PutSecret(t, "mesh/inbox-"+name, `{"secret":"`+secret+`"}`),
+		}
+		moto.CreateBucket(t, "cfn-replies")
+		key := "stack|JwtPublicKeys|publish-1"
+		event := sampleEvent(t, root, "migrate", func(ev map[string]any) {
+			ev["LogicalResourceId"], ev["ResourceType"], ev["RequestId"] = "JwtPublicKeys", "Custom::JwtPublicKeys", "publish-1"
+			ev["ResponseURL"] = moto.PresignedPutURL("cfn-replies", key)
+		})
+		runUnderRIE(t, root, moto, "auth-token", event, env)
+		var r struct {
+			Status string
+			Data   map[string]string
+		}
+		if err := json.Unmarshal(moto.GetObject(t, "cfn-replies", key), &r); err != nil {
+			t.Fatal(err)
+		}
+		want := config.FormatJWTPublicKeys([]config.JWTPublicKey{config.JWTKey{ID: "k1", Secret: []byte(secret)}.Public()})
+		if r.Status != "SUCCESS" || r.Data["Keys"] != want {
+			t.Fatalf("answer %+v, want SUCCESS with Keys %s", r, want)
+		}
+		if strings.Contains(string(moto.GetObject(t, "cfn-replies", key)), secret) {
+			t.Fatal("the answer contains the signing secret")
+		}
+	})
+}
+
+// runUnderRIE runs functions/<fn> under the Lambda emulator with event,
+// the AWS API pointed at moto and env added, and checks that its init made
+// exactly one Secrets Manager call. It returns the function's answer and
+// the emulator's log.
+func runUnderRIE(t *testing.T, root string, moto *awstest.Moto, fn, event string, env map[string]string) ([]byte, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "infra", "rie.sh"), "functions/"+fn, event)
+	cmd.Dir = root
+	cmd.Env = append(withoutMeshSettings(os.Environ()), moto.Env()...)
+	cmd.Env = append(cmd.Env, "GO="+goCommand(t))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	moto.Calls()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("infra/rie.sh: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	calls := moto.Calls()
+	sm := 0
+	for op, n := range calls {
+		if strings.HasPrefix(op, "secretsmanager.") {
+			sm += n
+		}
+	}
+	if calls["secretsmanager.BatchGetSecretValue"] != 1 || sm != 1 {
+		t.Errorf("Secrets Manager calls: %v, want exactly one secretsmanager.BatchGetSecretValue", calls)
+	}
+	return stdout.Bytes(), stderr.String()
 }
 
 // withoutMeshSettings drops the settings rie.sh would otherwise pass on in

@@ -5,6 +5,8 @@ package config
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -13,10 +15,30 @@ import (
 	"time"
 )
 
-// JWTKey is one HS256 signing key with its kid.
+// JWTKey is one token signing key with its kid: Secret (32 bytes or more)
+// seeds an Ed25519 key pair. Only the token function holds it; every other
+// function verifies with the public half (JWTPublicKey).
 type JWTKey struct {
 	ID     string
 	Secret []byte
+}
+
+// Signer is the Ed25519 private key the secret seeds (its SHA-256 is the
+// seed, so any secret of 32 bytes or more will do).
+func (k JWTKey) Signer() ed25519.PrivateKey {
+	seed := sha256.Sum256(k.Secret)
+	return ed25519.NewKeyFromSeed(seed[:])
+}
+
+// Public is the key's public half.
+func (k JWTKey) Public() JWTPublicKey {
+	return JWTPublicKey{ID: k.ID, Key: k.Signer().Public().(ed25519.PublicKey)}
+}
+
+// JWTPublicKey verifies the tokens signed with the JWTKey of the same kid.
+type JWTPublicKey struct {
+	ID  string
+	Key ed25519.PublicKey
 }
 
 // Config is everything the functions need.
@@ -29,8 +51,12 @@ type Config struct {
 	DBCredentials func(ctx context.Context, fresh bool) (user, password string, err error)
 	// AdminKey authenticates admin routes.
 	AdminKey string
-	// JWTKeys: the first signs, all verify (two live at once during rotation).
+	// JWTKeys: the first signs (two live at once during rotation). Only
+	// the token function is given them.
 	JWTKeys []JWTKey
+	// JWTPublicKeys verify tokens (MESH_JWT_PUBLIC_KEYS, plus the public
+	// halves of JWTKeys when those are set, as in the local stack).
+	JWTPublicKeys []JWTPublicKey
 	// InboxMasterKey derives each agent's sealing key.
 	InboxMasterKey []byte
 	TokenTTL       time.Duration
@@ -81,6 +107,12 @@ func Load(getenv Getenv) (Config, error) {
 	if c.JWTKeys, err = ParseJWTKeys(getenv("MESH_JWT_KEYS")); err != nil {
 		return c, err
 	}
+	if c.JWTPublicKeys, err = ParseJWTPublicKeys(getenv("MESH_JWT_PUBLIC_KEYS")); err != nil {
+		return c, err
+	}
+	for _, k := range c.JWTKeys {
+		c.JWTPublicKeys = append(c.JWTPublicKeys, k.Public())
+	}
 	if v := getenv("MESH_INBOX_MASTER_KEY"); v != "" {
 		if c.InboxMasterKey, err = base64.StdEncoding.DecodeString(v); err != nil || len(c.InboxMasterKey) != 32 {
 			return c, fmt.Errorf("config: MESH_INBOX_MASTER_KEY must be 32 bytes, base64")
@@ -123,6 +155,29 @@ func FormatJWTKeys(keys []JWTKey) string {
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k.ID + ":" + base64.StdEncoding.EncodeToString(k.Secret)
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseJWTPublicKeys parses "kid:base64(32-byte Ed25519 public key),...".
+func ParseJWTPublicKeys(v string) ([]JWTPublicKey, error) {
+	var keys []JWTPublicKey
+	for _, item := range splitList(v) {
+		kid, pub, ok := strings.Cut(item, ":")
+		raw, err := base64.StdEncoding.DecodeString(pub)
+		if !ok || kid == "" || err != nil || len(raw) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("config: MESH_JWT_PUBLIC_KEYS must be kid:base64(32-byte Ed25519 public key) pairs separated by commas")
+		}
+		keys = append(keys, JWTPublicKey{ID: kid, Key: ed25519.PublicKey(raw)})
+	}
+	return keys, nil
+}
+
+// FormatJWTPublicKeys is the inverse of ParseJWTPublicKeys.
+func FormatJWTPublicKeys(keys []JWTPublicKey) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k.ID + ":" + base64.StdEncoding.EncodeToString(k.Key)
 	}
 	return strings.Join(parts, ",")
 }

@@ -35,6 +35,8 @@ type Service struct {
 	Clock    mesh.Clock
 	AdminKey string
 	JWTKeys  []config.JWTKey
+	// JWTPublicKeys verify agent tokens (with the public halves of JWTKeys).
+	JWTPublicKeys []config.JWTPublicKey
 	// TokenTTL is the lifetime of issued tokens, and the longest any token is
 	// accepted for, whatever its exp claim says.
 	TokenTTL time.Duration
@@ -59,7 +61,7 @@ func New(db *mysql.DB, cfg config.Config) (*Service, error) {
 		}
 	}
 	return &Service{
-		DB: db, Clock: mesh.SystemClock, AdminKey: cfg.AdminKey, JWTKeys: cfg.JWTKeys,
+		DB: db, Clock: mesh.SystemClock, AdminKey: cfg.AdminKey, JWTKeys: cfg.JWTKeys, JWTPublicKeys: cfg.JWTPublicKeys,
 		TokenTTL: cfg.TokenTTL, Sealer: s,
 		Kafka: KafkaInfo{Brokers: append([]string{}, cfg.KafkaPublicBrokers...), Topic: cfg.KafkaTopic, Auth: cfg.KafkaAuth},
 	}, nil

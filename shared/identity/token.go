@@ -12,6 +12,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -136,20 +137,37 @@ type claims struct {
 
 const tokenIssuer = "agentmesh"
 
-// sign mints a token with the first configured key; every configured key
-// verifies, so a new key can be put first while tokens signed by the old one
-// stay valid until they expire.
+var errNoSigningKey = errors.New("identity: no JWT signing key configured (MESH_JWT_KEYS)")
+
+// sign mints an Ed25519 (EdDSA) token with the first configured key; every
+// configured public key verifies, so a new key can be put first while tokens
+// signed by the old one stay valid until they expire. Only the token
+// function holds the private keys.
 func (s *Service) sign(agentID, keyID string) (string, error) {
 	if len(s.JWTKeys) == 0 {
-		return "", errors.New("identity: no JWT signing key configured")
+		return "", errNoSigningKey
 	}
 	now := s.now()
 	k := s.JWTKeys[0]
-	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{KeyID: keyID, RegisteredClaims: jwt.RegisteredClaims{
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims{KeyID: keyID, RegisteredClaims: jwt.RegisteredClaims{
 		Subject: agentID, Issuer: tokenIssuer, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.TokenTTL)),
 	}})
 	t.Header["kid"] = k.ID
-	return t.SignedString(k.Secret)
+	return t.SignedString(k.Signer())
+}
+
+// publicKeys are the keys that verify: JWTPublicKeys (New puts the public
+// halves of the signing keys there too), or for a Service built with
+// signing keys only, as in tests, their public halves.
+func (s *Service) publicKeys() []config.JWTPublicKey {
+	if len(s.JWTPublicKeys) > 0 {
+		return s.JWTPublicKeys
+	}
+	keys := make([]config.JWTPublicKey, len(s.JWTKeys))
+	for i, k := range s.JWTKeys {
+		keys[i] = k.Public()
+	}
+	return keys
 }
 
 // maxClockSkew is how far a token's exp may lie beyond now + TokenTTL
@@ -158,8 +176,9 @@ const maxClockSkew = time.Minute
 
 var errBadToken = mesh.Errorf(mesh.KindUnauthorized, "invalid_token", "the token is expired, malformed or not signed by this mesh")
 
-// AuthenticateAgent verifies an HS256 JWT (kid selects the key; alg=none and
-// other algorithms are refused) and that its API key is still live.
+// AuthenticateAgent verifies an EdDSA JWT (kid selects the public key;
+// alg=none, HS256 and other algorithms are refused) and that its API key is
+// still live.
 func (s *Service) AuthenticateAgent(ctx context.Context, token string) (httpapi.Caller, error) {
 	c, err := s.verifyToken(token)
 	if err != nil {
@@ -204,13 +223,13 @@ func (s *Service) verifyToken(token string) (claims, error) {
 	var c claims
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
-		for _, k := range s.JWTKeys {
+		for _, k := range s.publicKeys() {
 			if subtle.ConstantTimeCompare([]byte(k.ID), []byte(kid)) == 1 {
-				return k.Secret, nil
+				return k.Key, nil
 			}
 		}
 		return nil, fmt.Errorf("unknown kid")
-	}, jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(tokenIssuer), jwt.WithExpirationRequired(),
+	}, jwt.WithValidMethods([]string{"EdDSA"}), jwt.WithIssuer(tokenIssuer), jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(func() time.Time { return s.now() }))
 	if err != nil || !mesh.ValidAgentID(c.Subject) || !validKeyID(c.KeyID) {
 		return claims{}, errBadToken

@@ -41,10 +41,10 @@ func TestVerifyToken(t *testing.T) {
 
 	// A token claiming the first key's kid but signed with the second.
 	wrongKey := func() string {
-		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{KeyID: "AAAAAAAAAAAA", RegisteredClaims: jwt.RegisteredClaims{
+		tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims{KeyID: "AAAAAAAAAAAA", RegisteredClaims: jwt.RegisteredClaims{
 			Subject: "alice", Issuer: tokenIssuer, ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour))}})
 		tok.Header["kid"] = first.ID
-		s, _ := tok.SignedString(second.Secret)
+		s, _ := tok.SignedString(second.Signer())
 		return s
 	}()
 	withClaims := func(method jwt.SigningMethod, kid string, key any, c claims) string {
@@ -84,15 +84,18 @@ func TestVerifyToken(t *testing.T) {
 		{"alg none with the original signature is refused", encodeSegment(`{"alg":"none","typ":"JWT","kid":"`+first.ID+`"}`) + "." + parts[1] + "." + parts[2], now, false},
 		{"a tampered payload is refused", parts[0] + "." + encodeSegment(`{"akid":"AAAAAAAAAAAA","sub":"mallory","iss":"agentmesh","exp":`+strconv.FormatInt(now.Add(time.Hour).Unix(), 10)+`}`) + "." + parts[2], now, false},
 		{"a tampered signature is refused", parts[0] + "." + parts[1] + "." + strings.Repeat("A", len(parts[2])), now, false},
-		{"an unknown kid is refused", withClaims(jwt.SigningMethodHS256, "k-unknown", first.Secret, valid), now, false},
-		{"a missing kid is refused", withClaims(jwt.SigningMethodHS256, "", first.Secret, valid), now, false},
+		{"an unknown kid is refused", withClaims(jwt.SigningMethodEdDSA, "k-unknown", first.Signer(), valid), now, false},
+		{"a missing kid is refused", withClaims(jwt.SigningMethodEdDSA, "", first.Signer(), valid), now, false},
 		{"a known kid with the other key's signature is refused", wrongKey, now, false},
+		{"a token signed with a key outside the configured ones is refused", withClaims(jwt.SigningMethodEdDSA, first.ID, config.JWTKey{ID: first.ID, Secret: []byte(strings.Repeat("m", 32))}.Signer(), valid), now, false},
+		{"HS256 keyed with the secret is refused (only the token function has it, and it signs EdDSA)", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, valid), now, false},
+		{"HS256 keyed with the public key is refused (algorithm confusion)", withClaims(jwt.SigningMethodHS256, first.ID, []byte(first.Public().Key), valid), now, false},
 		{"HS512 is refused even with the right secret", withClaims(jwt.SigningMethodHS512, first.ID, first.Secret, valid), now, false},
-		{"a token without expiry is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, noExp), now, false},
-		{"a token from another issuer is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, otherIssuer), now, false},
-		{"a token whose subject is not an agent id is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, badSubject), now, false},
-		{"a validly signed token that expires in 100 years is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, century), now, false},
-		{"a validly signed token that outlives the token lifetime is refused", withClaims(jwt.SigningMethodHS256, first.ID, first.Secret, beyondTTL), now, false},
+		{"a token without expiry is refused", withClaims(jwt.SigningMethodEdDSA, first.ID, first.Signer(), noExp), now, false},
+		{"a token from another issuer is refused", withClaims(jwt.SigningMethodEdDSA, first.ID, first.Signer(), otherIssuer), now, false},
+		{"a token whose subject is not an agent id is refused", withClaims(jwt.SigningMethodEdDSA, first.ID, first.Signer(), badSubject), now, false},
+		{"a validly signed token that expires in 100 years is refused", withClaims(jwt.SigningMethodEdDSA, first.ID, first.Signer(), century), now, false},
+		{"a validly signed token that outlives the token lifetime is refused", withClaims(jwt.SigningMethodEdDSA, first.ID, first.Signer(), beyondTTL), now, false},
 		{"garbage is refused", "not.a.token", now, false},
 		{"an empty token is refused", "", now, false},
 	}
@@ -115,9 +118,22 @@ func TestVerifyToken(t *testing.T) {
 		})
 	}
 
+	t.Run("a function holding only the public keys verifies tokens and cannot mint one", func(t *testing.T) {
+		verifier := &Service{JWTPublicKeys: []config.JWTPublicKey{first.Public(), second.Public()}, TokenTTL: time.Hour,
+			Clock: func() time.Time { return now }}
+		for _, tok := range []string{good, byOldKey} {
+			if got, err := verifier.verifyToken(tok); err != nil || got.Subject != "alice" {
+				t.Fatalf("refused a token of the token function: %v", err)
+			}
+		}
+		if _, err := verifier.sign("alice", "AAAAAAAAAAAA"); err == nil {
+			t.Fatal("a verifier minted a token")
+		}
+	})
+
 	t.Run("the token carries the signing key's kid in its header", func(t *testing.T) {
 		tok, _, err := jwt.NewParser().ParseUnverified(good, &claims{})
-		if err != nil || tok.Header["kid"] != first.ID || tok.Header["alg"] != "HS256" {
+		if err != nil || tok.Header["kid"] != first.ID || tok.Header["alg"] != "EdDSA" {
 			t.Fatalf("header %v (%v)", tok.Header, err)
 		}
 	})
