@@ -65,17 +65,27 @@ func measureLatency(t *testing.T, r *Results) {
 			Rate    int     `json:"rate"`
 			Handler string  `json:"handler"`
 			US      []int64 `json:"us"`
+			SentMS  []int64 `json:"sent_ms"`
 		}
 		if err := json.Unmarshal(ls.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
 		d := make([]time.Duration, len(l.US))
+		var edge []time.Duration // sent within 3 s of a minute boundary
 		for i, u := range l.US {
 			d[i] = time.Duration(u) * time.Microsecond
+			if i < len(l.SentMS) {
+				if sec := time.UnixMilli(l.SentMS[i]).UTC().Second(); sec >= 57 || sec < 3 {
+					edge = append(edge, d[i])
+				}
+			}
 		}
 		slices.Sort(d)
+		slices.Sort(edge)
+		key := fmt.Sprintf("%d/%s", l.Rate, l.Handler)
 		r.mu.Lock()
-		r.lat[fmt.Sprintf("%d/%s", l.Rate, l.Handler)] = d
+		r.lat[key] = d
+		r.latEdge[key] = edge
 		r.mu.Unlock()
 		say("  latency %d msg/s %s: p50 %v p99 %v max %v", l.Rate, l.Handler, quantile(d, .5), quantile(d, .99), d[len(d)-1])
 	}

@@ -61,6 +61,7 @@ type latencyRecipient struct {
 	h           meshd.Handler
 	warm        chan struct{}
 	lat         []time.Duration
+	sent        []time.Time // when each of lat's messages got its 2xx
 	seqs        []int64
 }
 
@@ -125,9 +126,9 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 			}
 			mu.Lock()
 			if at, ok := acked[env.MessageID]; ok {
-				r.lat = append(r.lat, now.Sub(at))
+				r.lat, r.sent = append(r.lat, now.Sub(at)), append(r.sent, at)
 			} else {
-				r.lat = append(r.lat, 0) // handled before its send returned
+				r.lat, r.sent = append(r.lat, 0), append(r.sent, now) // handled before its send returned
 			}
 			r.seqs = append(r.seqs, env.Seq)
 			mu.Unlock()
@@ -205,6 +206,9 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 				break
 			}
 		}
+		if *latencyOut != "" {
+			writeLatencies(b, *latencyOut, rate, r.handler, r.lat, r.sent)
+		}
 		lat := r.lat
 		slices.Sort(lat)
 		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
@@ -218,19 +222,19 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), unit+"max-ms")
 		b.Logf("%d msg/s for %v, %s handler: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
 			rate, d, r.handler, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
-		if *latencyOut != "" {
-			writeLatencies(b, *latencyOut, rate, r.handler, lat)
-		}
 	}
 }
 
-// writeLatencies appends one JSON line {rate, handler, us: [...]} to path.
-func writeLatencies(b *testing.B, path string, rate int, handler string, lat []time.Duration) {
+// writeLatencies appends one JSON line {rate, handler, us: [...], sent_ms:
+// [...]} to path: each message's latency and the Unix time in ms its send
+// got its 2xx (so a reader can tell minute boundaries apart).
+func writeLatencies(b *testing.B, path string, rate int, handler string, lat []time.Duration, sent []time.Time) {
 	us := make([]int64, len(lat))
+	sentMS := make([]int64, len(lat))
 	for i, l := range lat {
-		us[i] = l.Microseconds()
+		us[i], sentMS[i] = l.Microseconds(), sent[i].UnixMilli()
 	}
-	line, err := json.Marshal(map[string]any{"rate": rate, "handler": handler, "us": us})
+	line, err := json.Marshal(map[string]any{"rate": rate, "handler": handler, "us": us, "sent_ms": sentMS})
 	if err == nil {
 		var f *os.File
 		if f, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
