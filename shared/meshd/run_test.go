@@ -542,6 +542,43 @@ func TestUnopenableRecordsAreReadFromTheInbox(t *testing.T) {
 	}
 }
 
+// TestAnUnopenableRepeatIsSkipped: a record of bob's that does not open
+// while the inbox API has nothing after the handled seq repeats a handled
+// event; it is consumed, and the next event still comes from Kafka.
+func TestAnUnopenableRepeatIsSkipped(t *testing.T) {
+	f := newFixture(t, true)
+	e1 := f.api.add(mesh.EventMessage, "alice", "m1")
+	e2 := f.api.add(mesh.EventMessage, "alice", "m2")
+	repeat := e1
+	repeat.KeyEpoch = 0
+	f.produce(f.record(e1), f.record(e2), f.record(repeat))
+	h := newRecorder()
+	r := f.start(h, nil)
+	h.waitFor(t, 2, 30*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(f.logs.String(), "cannot open a Kafka record") {
+		if time.Now().After(deadline) {
+			t.Fatal("the unopenable record was never read")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e3 := f.api.add(mesh.EventMessage, "alice", "m3")
+	f.produce(f.record(e3))
+	h.waitFor(t, 3, 30*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.handled(); !slices.Equal(got, seqs(1, 3)) {
+		t.Errorf("handled %v", got)
+	}
+	if n := f.api.servedCount(3); n != 0 {
+		t.Errorf("seq 3 was read from the inbox %d times: the repeat was not skipped", n)
+	}
+	if st := f.state(); st.Offset != 3 {
+		t.Errorf("state %+v, want offset 3 (the repeat consumed)", st)
+	}
+}
+
 func TestARotatedKeyIsFetchedNotWorkedAround(t *testing.T) {
 	f := newFixture(t, true)
 	e1 := f.api.add(mesh.EventMessage, "alice", "m1")
