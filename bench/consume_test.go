@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,8 @@ func consume(t *testing.T, st *localstacktest.Stack, keys map[string]string, age
 	})
 	done := make(chan error, 1)
 	go func() {
-		done <- meshd.Run(ctx, meshd.Config{API: meshclient.New(st.URL, keys[agent]), StateDir: t.TempDir(), Handler: h, HeartbeatEvery: 10 * time.Second})
+		done <- meshd.Run(ctx, meshd.Config{API: meshclient.New(st.URL, keys[agent]), StateDir: t.TempDir(), Handler: h, HeartbeatEvery: 10 * time.Second,
+			Log: slog.New(slog.DiscardHandler)})
 	}()
 	defer func() { cancel(); <-done }()
 	if _, err := meshclient.New(st.URL, keys["writer"]).Send(ctx, meshclient.SendRequest{To: agent, MessageID: "warm-up-" + agent, Parts: []mesh.Part{{Kind: "text", Text: "warm-up"}}}); err != nil {
