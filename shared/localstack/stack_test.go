@@ -86,7 +86,9 @@ func TestStackRefusesToStartWithAnIncompleteRegistry(t *testing.T) {
 // delaying it, each run has the function's timeout as its deadline; shutdown
 // waits for the runs in progress and serves no more requests.
 func TestStackServesAndFiresSchedulesThenShutsDownCleanly(t *testing.T) {
-	const every = 40 * time.Millisecond
+	// Long enough that timer jitter on a loaded machine (tens of ms) cannot
+	// turn a 1.5-period run into a third overlapping one.
+	const every = 200 * time.Millisecond
 	tpl := &Template{Functions: []Function{
 		{LogicalID: "HealthFunction", Timeout: 3 * time.Second, Routes: []Route{{"GET", "/v1/health"}}},
 		{LogicalID: "SlowFunction", Timeout: 3 * time.Second, Schedules: []Schedule{{"rate(1 minute)", every}}},
