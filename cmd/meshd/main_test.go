@@ -36,6 +36,12 @@ func fakeMesh(t *testing.T) (*httptest.Server, *[]string) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.Method + " " + r.URL.Path {
 		case "POST /v1/auth/token":
+			if strings.Contains(body.String(), "amk_wrong") {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(401)
+				_, _ = w.Write([]byte(`{"code":"invalid_api_key","status":401,"detail":"the API key is not valid"}`))
+				return
+			}
 			_ = json.NewEncoder(w).Encode(map[string]any{"token": "jwt-abc", "expires_in": 3600, "agent_id": "bob", "routing_id": "rt-bob",
 				"inbox_keys": []map[string]any{{"key_epoch": 1, "key": base64.StdEncoding.EncodeToString(make([]byte, 32))}}, "kafka": map[string]any{}})
 		case "POST /v1/messages":
@@ -49,6 +55,11 @@ func fakeMesh(t *testing.T) (*httptest.Server, *[]string) {
 			}
 			w.WriteHeader(202)
 			_ = json.NewEncoder(w).Encode(map[string]any{"task_id": "t9", "message_id": req["message_id"], "context_id": "c9", "status": "submitted"})
+		case "POST /v1/tasks/t1/messages":
+			var req map[string]any
+			_ = json.Unmarshal(body.Bytes(), &req)
+			w.WriteHeader(201)
+			_ = json.NewEncoder(w).Encode(map[string]any{"task_id": "t1", "message_id": req["message_id"], "status": "working"})
 		case "GET /v1/inbox":
 			after := r.URL.Query().Get("after")
 			var out []mesh.Envelope
@@ -122,8 +133,20 @@ func TestCLI(t *testing.T) {
 			wantCode: 1, wantStderr: []string{"MESH_HANDLER_ATTEMPTS must be a whole number"}},
 		{name: "deadletters with no state lists nothing", args: []string{"deadletters"}, env: with(map[string]string{"MESH_STATE_DIR": "/nonexistent-meshd-state"})},
 		{name: "retry without a seq is one clear line", args: []string{"retry"}, env: base, wantCode: 1, wantStderr: []string{"retry needs the SEQ"}},
-		{name: "inbox prints one event per line and the cursor on stderr", args: []string{"inbox", "--after", "1"}, env: base,
+		{name: "inbox --json prints one event per line and the cursor on stderr", args: []string{"inbox", "--after", "1", "--json"}, env: base,
 			wantStdout: []string{`"seq":2`, `"body":{"status":"working"}`}, wantStderr: []string{"next_after=2 oldest_seq=1"}},
+		{name: "inbox is a readable table by default", args: []string{"inbox"}, env: base,
+			wantStdout: []string{"SEQ  WHEN", "1    -     message  alice  t1"}, wantStderr: []string{"next_after=2"}},
+		{name: "flags may follow the text", args: []string{"send", "hello", "alice", "--to", "alice"}, env: base,
+			wantStdout: []string{`"task_id":"t9"`}},
+		{name: "reply takes the task from MESH_TASK_ID, as inside a handler", args: []string{"reply", "done"}, env: with(map[string]string{"MESH_TASK_ID": "t1"}),
+			wantStdout: []string{`"task_id":"t1"`}},
+		{name: "reply without a task names MESH_TASK_ID", args: []string{"reply", "done"}, env: base,
+			wantCode: 1, wantStderr: []string{"reply needs --task ID (or MESH_TASK_ID"}},
+		{name: "a wrong key exits 65 with a hint naming MESH_API_KEY", args: []string{"whoami"}, env: with(map[string]string{"MESH_API_KEY": "amk_wrong"}),
+			wantCode: 65, wantStderr: []string{"invalid_api_key", "check MESH_API_KEY"}},
+		{name: "an unknown flag is a usage error pointing at --help", args: []string{"send", "--frobnicate"}, env: base,
+			wantCode: 2, wantStderr: []string{"unknown flag: --frobnicate", "see meshd send --help"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -416,7 +416,7 @@ func TestAMessageTheHandlerCannotTakeIsParkedAndRetried(t *testing.T) {
 	}
 	t.Run("meshd deadletters lists it with its error", func(t *testing.T) {
 		out := list(t)
-		if !strings.Contains(out, "seq=2 ") || !strings.Contains(out, "task="+tasks[1]) || !strings.Contains(out, "attempts=3") || !strings.Contains(out, "it is poison") {
+		if !strings.Contains(out, "\n2 ") || !strings.Contains(out, " "+tasks[1]+" ") || !strings.Contains(out, "attempts_exhausted  3 ") || !strings.Contains(out, "it is poison") {
 			t.Errorf("deadletters printed %q", out)
 		}
 	})

@@ -47,6 +47,7 @@ type Client struct {
 	retry     RetryPolicy
 	clock     mesh.Clock
 	log       *slog.Logger
+	onRetry   func(RetryNotice)
 
 	mu     sync.Mutex // guards tok and tokExp; held while fetching so refreshes coalesce
 	tok    *Token
@@ -95,6 +96,22 @@ func WithClock(clock mesh.Clock) Option { return func(c *Client) { c.clock = clo
 // WithLogger sets where retries are logged (at debug/warn level; never
 // credentials). Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
+
+// RetryNotice describes a failed attempt that is about to be retried.
+type RetryNotice struct {
+	Method, Path string
+	Attempt      int           // the attempt that failed, from 1
+	Wait         time.Duration // the pause before the next one
+	Err          error
+	// Unreachable: the attempt never got an HTTP answer (refused, reset,
+	// timed out, name not found), as opposed to a 5xx or 429.
+	Unreachable bool
+}
+
+// WithRetryNotify calls f before each retry pause, so a command line tool
+// can tell its user at once that the API does not answer (and count the
+// attempts) instead of staying silent through the whole retry budget.
+func WithRetryNotify(f func(RetryNotice)) Option { return func(c *Client) { c.onRetry = f } }
 
 // New returns a client for the API at baseURL (e.g. "http://127.0.0.1:8080")
 // authenticating with apiKey. A malformed baseURL surfaces as an error on the
@@ -524,6 +541,10 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 			return err // sleeping would outlive the caller's deadline
 		}
 		c.log.Debug("mesh API call will be retried", "method", cl.method, "path", cl.path, "attempt", attempt, "backoff", backoff, "err", err)
+		if c.onRetry != nil {
+			var ae *APIError
+			c.onRetry(RetryNotice{Method: cl.method, Path: cl.path, Attempt: attempt, Wait: backoff, Err: err, Unreachable: !errors.As(err, &ae)})
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

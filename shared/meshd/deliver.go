@@ -62,12 +62,20 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 		return r.park(ctx, env, offset, 0, ReasonUndeliverable, cause)
 	}
 	began := r.cfg.Clock()
-	// The handler may finish after a stop request, so its event is marked.
-	hctx := context.WithoutCancel(ctx)
+	// The handler may finish after a stop request, so its event is marked;
+	// only Config.Interrupt cuts it short.
+	hctx, cancel := r.handlerContext(ctx)
+	defer cancel()
+	r.running.set(env.Seq, began)
+	defer r.running.set(0, time.Time{})
 	for attempt := 1; ; attempt++ {
 		err := callHandler(hctx, r.cfg.Handler, env)
 		if err == nil {
 			break
+		}
+		if r.interrupted() {
+			log.Warn("handler interrupted; the event will be delivered again at the next start", "err", err)
+			return errStop
 		}
 		if IsPermanent(err) {
 			return r.park(ctx, env, offset, attempt, ReasonPermanent, err)

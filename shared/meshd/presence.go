@@ -38,6 +38,7 @@ func (r *runner) firstHeartbeat(ctx context.Context) error {
 			StatePath(r.cfg.StateDir, r.agentID), r.state.LastSeq, r.agentID, res.LastSeq)
 	}
 	r.serverLast.Store(res.LastSeq)
+	r.announced.Store(true)
 	return nil
 }
 
@@ -60,6 +61,7 @@ func (r *runner) heartbeats(ctx context.Context) {
 			continue
 		}
 		r.serverLast.Store(res.LastSeq)
+		r.announced.Store(true)
 		if tok, terr := r.cfg.API.Token(ctx); terr == nil && res.KeyEpoch > tok.KeyEpoch() {
 			// The agent's inbox key was rotated: fetch the new one now
 			// rather than at the first record that fails to open.
@@ -75,6 +77,15 @@ func (r *runner) heartbeats(ctx context.Context) {
 func (r *runner) goodbye(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.GoodbyeTimeout)
 	defer cancel()
+	if r.announced.Load() {
+		// The last handled seq, so a meshd started later from a fresh
+		// state dir resumes after it (meshd run's default --from). Sent
+		// before the goodbye: a heartbeat after it would turn the agent
+		// active again.
+		if _, err := r.cfg.API.Heartbeat(gctx, r.cfg.InstanceID, map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode(), "stopping": true}); err != nil {
+			r.log.Debug("last heartbeat failed", "err", err)
+		}
+	}
 	if _, err := r.cfg.API.GoOffline(gctx, r.cfg.InstanceID); err != nil {
 		r.log.Warn("could not mark the agent offline", "err", err)
 	}

@@ -95,6 +95,15 @@ type Config struct {
 	// KafkaOpts are appended to the consumer's franz-go options.
 	KafkaOpts []kgo.Opt
 
+	// OnMode is called with the agent and the delivery mode (ModeKafka or
+	// ModePoll) when delivery starts and at every switch, e.g. to publish
+	// it to `meshd status`. It must not block.
+	OnMode func(agentID, mode string)
+	// Interrupt, when closed during a stop, kills the handler in flight
+	// (its process group) instead of waiting for it; its event is not
+	// marked and is delivered again at the next start.
+	Interrupt <-chan struct{}
+
 	Clock mesh.Clock // default mesh.SystemClock
 }
 
@@ -179,14 +188,14 @@ type runner struct {
 	dirty        bool // state.Offset moved without being persisted
 	flushed      time.Time
 
+	running    inFlight     // the handler run in progress
+	announced  atomic.Bool  // the first heartbeat was answered
 	handled    atomic.Int64 // = state.LastSeq, for heartbeats
 	serverLast atomic.Int64 // newest seq the API reported
 	// stall detection: since when the API has reported more than handled.
 	behindSince time.Time
 	behindAt    int64
 }
-
-func (r *runner) setMode(m string) { r.mode.Store(m) }
 
 func (r *runner) currentMode() string {
 	m, _ := r.mode.Load().(string)
@@ -230,7 +239,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err // another meshd runs for this agent: its presence is not ours to end
 	}
 	defer unlock()
+	said := make(chan struct{})
+	go r.sayWhatStopWaitsFor(ctx, said)
 	err = r.run(ctx, tok)
+	close(said)
 	if errors.Is(err, errStop) {
 		err = nil
 	}

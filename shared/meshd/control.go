@@ -1,0 +1,86 @@
+package meshd
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Daemon control: what a supervisor (meshd start/stop/status, or a
+// foreground meshd run and its Ctrl-C) sees of and does to a running Run.
+
+// inFlight is the handler run in progress, if any.
+type inFlight struct {
+	mu    sync.Mutex
+	seq   int64
+	began time.Time
+}
+
+func (f *inFlight) set(seq int64, t time.Time) {
+	f.mu.Lock()
+	f.seq, f.began = seq, t
+	f.mu.Unlock()
+}
+
+func (f *inFlight) get() (int64, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seq, f.began
+}
+
+// handlerContext is the context a handler runs in: not canceled by a stop
+// (the handler finishes, so its event is marked), but canceled when
+// Config.Interrupt closes, which kills the handler's process group.
+func (r *runner) handlerContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if r.cfg.Interrupt == nil {
+		return hctx, cancel
+	}
+	go func() {
+		select {
+		case <-r.cfg.Interrupt:
+			cancel()
+		case <-hctx.Done(): // the handler returned and cancel ran
+		}
+	}()
+	return hctx, cancel
+}
+
+// interrupted reports whether Config.Interrupt was closed.
+func (r *runner) interrupted() bool {
+	if r.cfg.Interrupt == nil {
+		return false
+	}
+	select {
+	case <-r.cfg.Interrupt:
+		return true
+	default:
+		return false
+	}
+}
+
+// sayWhatStopWaitsFor logs, when a stop arrives while a handler runs, what
+// the stop waits for and how to cut it short, so Ctrl-C is never met with
+// silence for up to the handler timeout.
+func (r *runner) sayWhatStopWaitsFor(ctx context.Context, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	seq, began := r.running.get()
+	if seq == 0 {
+		r.log.Info("stopping: no handler running")
+		return
+	}
+	r.log.Warn("stopping: waiting for the handler to finish its event (it is marked handled then); interrupt again (Ctrl-C, or meshd stop --now) to kill the handler's process group and deliver the event again at the next start",
+		"seq", seq, "running_for", r.cfg.Clock().Sub(began).Round(time.Second).String())
+}
+
+// setMode records the delivery mode and tells Config.OnMode.
+func (r *runner) setMode(m string) {
+	r.mode.Store(m)
+	if r.cfg.OnMode != nil {
+		r.cfg.OnMode(r.agentID, m)
+	}
+}
