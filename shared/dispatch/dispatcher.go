@@ -363,31 +363,72 @@ type batch struct {
 	sent  int // records of it in the published slice
 }
 
-// dueRecipients finds recipients with pending events whose backoff has
-// passed, and gives the ones seen for the first time a dispatch_state row to
-// lock. Rows that exist are left alone: even an INSERT IGNORE of an existing
-// row waits for the dispatcher holding it, which would undo SKIP LOCKED.
+// dueRecipients finds up to Recipients recipients with pending events whose
+// backoff has passed, round robin from the cursor, and gives the ones seen
+// for the first time a dispatch_state row to lock. Rows that exist are left
+// alone: even an INSERT IGNORE of an existing row waits for the dispatcher
+// holding it, which would undo SKIP LOCKED.
+//
+// Its cost follows the recipients it looks at, not the backlog: candidates
+// come from a loose index scan (one index entry per recipient), their
+// backoff from dispatch_state by primary key, and one call looks at no more
+// than maxScanned candidates. A backlog of a million pending events costs a
+// batch what fifty recipients cost.
 func (d *Dispatcher) dueRecipients(ctx context.Context, now time.Time) ([]string, error) {
 	d.cursorMu.Lock()
-	after := d.cursor
+	start := d.cursor
 	d.cursorMu.Unlock()
-	// Round robin: the recipients after the cursor, then from the start.
-	out, fresh, err := queryRecipients(ctx, d.DB, dueAfterSQL, after, now, d.Recipients)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) < d.Recipients && after != "" {
-		more, moreFresh, err := queryRecipients(ctx, d.DB, dueUpToSQL, after, now, d.Recipients-len(out))
+	page := 2 * d.Recipients
+	maxScanned := 20 * d.Recipients
+	var out, fresh []string
+	after, wrapped := start, start == ""
+	last, scanned := "", 0
+	for len(out) < d.Recipients && scanned < maxScanned {
+		cands, err := pendingRecipients(ctx, d.DB, after, page)
 		if err != nil {
 			return nil, err
 		}
-		out, fresh = append(out, more...), append(fresh, moreFresh...)
+		end := len(cands) < page
+		if wrapped && start != "" {
+			// The second lap stops where the first began.
+			for i, r := range cands {
+				if r > start {
+					cands, end = cands[:i], true
+					break
+				}
+			}
+		}
+		if len(cands) > 0 {
+			due, err := dueStates(ctx, d.DB, cands, now)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range cands {
+				if len(out) == d.Recipients {
+					break
+				}
+				last = r
+				scanned++
+				switch ok, known := due[r]; {
+				case !known:
+					out, fresh = append(out, r), append(fresh, r)
+				case ok:
+					out = append(out, r)
+				}
+			}
+			after = cands[len(cands)-1]
+		}
+		if end {
+			if wrapped {
+				break
+			}
+			wrapped, after = true, ""
+		}
 	}
+	// The next batch starts after the last recipient this one looked at, so
+	// recipients that keep receiving events cannot starve the ones after them.
 	d.cursorMu.Lock()
-	d.cursor = ""
-	if len(out) > 0 {
-		d.cursor = out[len(out)-1]
-	}
+	d.cursor = last
 	d.cursorMu.Unlock()
 	if len(fresh) == 0 {
 		return out, nil
@@ -398,45 +439,64 @@ func (d *Dispatcher) dueRecipients(ctx context.Context, now time.Time) ([]string
 		vals[i] = "(?, 0, ?)"
 		args = append(args, r, now)
 	}
-	_, err = d.DB.ExecContext(ctx, "INSERT IGNORE INTO dispatch_state (recipient, attempts, next_attempt_at) VALUES "+strings.Join(vals, ","), args...)
+	_, err := d.DB.ExecContext(ctx, "INSERT IGNORE INTO dispatch_state (recipient, attempts, next_attempt_at) VALUES "+strings.Join(vals, ","), args...)
 	return out, err
 }
 
-// The due recipients after (dueAfterSQL) or up to (dueUpToSQL) a key, in
-// key order, each flagged when it has no dispatch_state row yet.
 const (
-	dueAfterSQL = `SELECT p.recipient, s.recipient IS NULL FROM
-  (SELECT DISTINCT recipient FROM outbox_events WHERE delivery = 'pending' AND recipient > ?) p
-  LEFT JOIN dispatch_state s ON s.recipient = p.recipient
-WHERE s.recipient IS NULL OR s.next_attempt_at <= ?
-ORDER BY p.recipient LIMIT ?`
-	dueUpToSQL = `SELECT p.recipient, s.recipient IS NULL FROM
-  (SELECT DISTINCT recipient FROM outbox_events WHERE delivery = 'pending' AND recipient <= ?) p
-  LEFT JOIN dispatch_state s ON s.recipient = p.recipient
-WHERE s.recipient IS NULL OR s.next_attempt_at <= ?
-ORDER BY p.recipient LIMIT ?`
+	// pendingAfterSQL lists the recipients with pending events after a key,
+	// in key order. Grouping on the index prefix (delivery, recipient) of
+	// outbox_pending lets MySQL and MariaDB answer it with a loose index scan
+	// ("Using index for group-by"): one index dive per recipient instead of
+	// reading every pending row, as SELECT DISTINCT recipient did.
+	pendingAfterSQL = `SELECT recipient FROM outbox_events WHERE delivery = 'pending' AND recipient > ?
+GROUP BY delivery, recipient ORDER BY delivery, recipient LIMIT ?`
+	// dueStatesSQL reads the backoff of candidates that have a state row.
+	dueStatesSQL = `SELECT recipient, next_attempt_at <= ? FROM dispatch_state WHERE recipient IN (?)`
 )
 
-// queryRecipients returns the due recipients and, of them, those without a
-// dispatch_state row.
-func queryRecipients(ctx context.Context, db *mysql.DB, query, bound string, now time.Time, limit int) (due, fresh []string, err error) {
-	rows, err := db.QueryContext(ctx, query, bound, now, limit)
+// pendingRecipients returns up to limit recipients with pending events after
+// the key, in key order.
+func pendingRecipients(ctx context.Context, db *mysql.DB, after string, limit int) ([]string, error) {
+	rows, err := db.QueryContext(ctx, pendingAfterSQL, after, limit)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer rows.Close()
+	var out []string
 	for rows.Next() {
 		var r string
-		var isNew bool
-		if err := rows.Scan(&r, &isNew); err != nil {
-			return nil, nil, err
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
 		}
-		due = append(due, r)
-		if isNew {
-			fresh = append(fresh, r)
-		}
+		out = append(out, r)
 	}
-	return due, fresh, rows.Err()
+	return out, rows.Err()
+}
+
+// dueStates maps each candidate with a dispatch_state row to whether its
+// backoff has passed; candidates without a row are absent (never tried: due).
+func dueStates(ctx context.Context, db *mysql.DB, cands []string, now time.Time) (map[string]bool, error) {
+	args := make([]any, 0, len(cands)+1)
+	args = append(args, now)
+	for _, r := range cands {
+		args = append(args, r)
+	}
+	rows, err := db.QueryContext(ctx, strings.Replace(dueStatesSQL, "IN (?)", "IN ("+mysql.Placeholders(len(cands))+")", 1), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]bool, len(cands))
+	for rows.Next() {
+		var r string
+		var due bool
+		if err := rows.Scan(&r, &due); err != nil {
+			return nil, err
+		}
+		out[r] = due
+	}
+	return out, rows.Err()
 }
 
 type holder struct {
