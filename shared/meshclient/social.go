@@ -197,10 +197,30 @@ func (c *Client) AddArtifact(ctx context.Context, taskID, name string, parts []m
 	return res, err
 }
 
+// EventParts are the parts an inbox event carries: of the message, the
+// status note or the artifact.
+func EventParts(env mesh.Envelope) []mesh.Part {
+	parts, _ := eventBody(env)
+	return parts
+}
+
 // EventText is the readable part of an inbox event: its text parts (of the
 // message, the status note or the artifact) joined by blank lines, whether
 // it carries other parts, and the task's state after the event.
 func EventText(env mesh.Envelope) (text string, otherParts bool, taskStatus string) {
+	parts, taskStatus := eventBody(env)
+	var texts []string
+	for _, p := range parts {
+		if p.Kind == "text" {
+			texts = append(texts, p.Text)
+		} else {
+			otherParts = true
+		}
+	}
+	return strings.Join(texts, "\n\n"), otherParts, taskStatus
+}
+
+func eventBody(env mesh.Envelope) (parts []mesh.Part, taskStatus string) {
 	type withParts struct {
 		Parts []mesh.Part `json:"parts"`
 	}
@@ -215,9 +235,8 @@ func EventText(env mesh.Envelope) (text string, otherParts bool, taskStatus stri
 		} `json:"task"`
 	}
 	if json.Unmarshal(env.Body, &b) != nil {
-		return "", false, ""
+		return nil, ""
 	}
-	var parts []mesh.Part
 	switch {
 	case b.Message != nil:
 		parts = b.Message.Parts
@@ -226,13 +245,5 @@ func EventText(env mesh.Envelope) (text string, otherParts bool, taskStatus stri
 	case b.Status != nil && b.Status.Message != nil:
 		parts = b.Status.Message.Parts
 	}
-	var texts []string
-	for _, p := range parts {
-		if p.Kind == "text" {
-			texts = append(texts, p.Text)
-		} else {
-			otherParts = true
-		}
-	}
-	return strings.Join(texts, "\n\n"), otherParts, b.Task.Status
+	return parts, b.Task.Status
 }

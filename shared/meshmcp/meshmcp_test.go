@@ -158,7 +158,9 @@ func TestMCPServer(t *testing.T) {
 			}
 			tools[tool.Name] = tool
 		}
-		want := []string{"mesh_ack", "mesh_check_inbox", "mesh_get_task", "mesh_get_task_messages", "mesh_list_friends", "mesh_list_groups", "mesh_list_tasks", "mesh_reply", "mesh_send_message", "mesh_update_task"}
+		want := []string{"mesh_accept_friend_request", "mesh_ack", "mesh_add_artifact", "mesh_add_group_member", "mesh_check_inbox", "mesh_create_group",
+			"mesh_get_group_roster", "mesh_get_task", "mesh_get_task_messages", "mesh_list_friend_requests", "mesh_list_friends", "mesh_list_groups", "mesh_list_tasks",
+			"mesh_reject_friend_request", "mesh_reply", "mesh_send_friend_request", "mesh_send_group_message", "mesh_send_message", "mesh_update_task", "mesh_whoami"}
 		var names []string
 		for n := range tools {
 			names = append(names, n)
@@ -206,13 +208,13 @@ func TestMCPServer(t *testing.T) {
 		if ev.Seq != 1 || ev.Type != mesh.EventMessage || ev.From != "alice" || ev.TaskID != sent.TaskID || ev.MessageID != sent.MessageID || ev.Text != msg || ev.TaskStatus != "submitted" {
 			t.Fatalf("event %+v; want seq 1 message %s from alice with text %q", ev, sent.MessageID, msg)
 		}
-		var body struct {
-			Message struct {
-				Parts []mesh.Part `json:"parts"`
-			} `json:"message"`
+		// The text once, beside only the parts that are not text: the model
+		// never reads the message twice.
+		if len(ev.Parts) != 1 || ev.Parts[0].Kind != "data" || string(ev.Parts[0].Data) != `{"priority":2}` {
+			t.Fatalf("event parts %+v: want only the data part", ev.Parts)
 		}
-		if err := json.Unmarshal(ev.Body, &body); err != nil || len(body.Message.Parts) != 2 || body.Message.Parts[0].Text != msg || string(body.Message.Parts[1].Data) != `{"priority":2}` {
-			t.Fatalf("event body %s: want both parts as sent", ev.Body)
+		if raw := text(bob.raw(t, "mesh_check_inbox", map[string]any{})); strings.Count(raw, "ünïcode") != 1 {
+			t.Errorf("bob's inbox answer carries the text %d times, want once: %s", strings.Count(raw, "ünïcode"), raw)
 		}
 	})
 

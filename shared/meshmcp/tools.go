@@ -116,8 +116,9 @@ type Event struct {
 	OccurredAt time.Time `json:"occurred_at"`
 	TaskStatus string    `json:"task_status,omitempty" jsonschema:"the task's state after the event"`
 	Text       string    `json:"text,omitempty" jsonschema:"the text parts of the message, status note or artifact, joined by blank lines"`
-	// Body is the event's opened body: {message|status|artifact, task}.
-	Body json.RawMessage `json:"body" jsonschema:"the full event: message, status or artifact with all parts, plus the task summary"`
+	// Parts are the parts other than text (data, files, links): the text
+	// parts are in Text only.
+	Parts []mesh.Part `json:"parts,omitempty" jsonschema:"the parts other than text (structured data, files, links); the text parts are in text"`
 }
 
 // AckInput is the input of mesh_ack.
@@ -210,7 +211,7 @@ func (s *Server) addTools() error {
 		}, s.listFriends, pageSchema),
 		addTool(s, &mcp.Tool{
 			Name:        ToolListGroups,
-			Description: "List the groups you belong to. You may message every member of a group (mesh_send_message with their agent_id).",
+			Description: "List the groups you belong to. mesh_get_group_roster lists a group's members; mesh_send_group_message writes to all of them at once.",
 			Annotations: readOnly,
 		}, s.listGroups, pageSchema),
 		addTool(s, &mcp.Tool{
@@ -234,6 +235,7 @@ func (s *Server) addTools() error {
 			props["role"].Enum = enum([]string{"initiator", "recipient"})
 			props["limit"].Minimum, props["limit"].Maximum = num(1), num(200)
 		}),
+		s.addSocialTools(),
 	}
 	return errors.Join(errs...)
 }
@@ -417,46 +419,17 @@ func (s *Server) checkInbox(ctx context.Context, in CheckInboxInput) (InboxOutpu
 }
 
 // event flattens an envelope for the model: routing fields, the task's
-// state and the text, with the whole opened body kept alongside.
+// state, the text once, and only the parts that are not text (the opened
+// body would repeat the text and double the tokens).
 func event(env mesh.Envelope) Event {
 	ev := Event{Seq: env.Seq, Type: env.Type, From: env.From, TaskID: env.TaskID, ContextID: env.ContextID, GroupID: env.GroupID,
-		MessageID: env.MessageID, OccurredAt: env.OccurredAt, Body: env.Body}
-	if len(ev.Body) == 0 {
-		ev.Body = json.RawMessage("{}")
-	}
-	type withParts struct {
-		Parts []mesh.Part `json:"parts"`
-	}
-	var b struct {
-		Message  *withParts `json:"message"`
-		Artifact *withParts `json:"artifact"`
-		Status   *struct {
-			Message *withParts `json:"message"`
-		} `json:"status"`
-		Task struct {
-			Status string `json:"status"`
-		} `json:"task"`
-	}
-	if json.Unmarshal(env.Body, &b) != nil {
-		return ev
-	}
-	ev.TaskStatus = b.Task.Status
-	var parts []mesh.Part
-	switch {
-	case b.Message != nil:
-		parts = b.Message.Parts
-	case b.Artifact != nil:
-		parts = b.Artifact.Parts
-	case b.Status != nil && b.Status.Message != nil:
-		parts = b.Status.Message.Parts
-	}
-	var texts []string
-	for _, p := range parts {
-		if p.Kind == "text" {
-			texts = append(texts, p.Text)
+		MessageID: env.MessageID, OccurredAt: env.OccurredAt}
+	ev.Text, _, ev.TaskStatus = meshclient.EventText(env)
+	for _, p := range meshclient.EventParts(env) {
+		if p.Kind != "text" {
+			ev.Parts = append(ev.Parts, p)
 		}
 	}
-	ev.Text = strings.Join(texts, "\n\n")
 	return ev
 }
 
