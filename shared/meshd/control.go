@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Daemon control: what a supervisor (meshd start/stop/status, or a
@@ -83,4 +85,30 @@ func (r *runner) setMode(m string) {
 	if r.cfg.OnMode != nil {
 		r.cfg.OnMode(r.agentID, m)
 	}
+}
+
+// reopenRecreated opens a consumer on a topic that was recreated under its
+// name. The persisted offset belongs to the old topic (the new one starts
+// at 0 again), so the position is found from the handled event's time
+// instead; what is read twice is dropped by seq. A nil client: auto mode
+// found no broker and deliverLoop polls the inbox API.
+func (r *runner) reopenRecreated(ctx context.Context, t *kafkaTarget) (*kgo.Client, int32, error) {
+	r.log.Warn("the Kafka topic was recreated (a restarted broker?); reopening the consumer from the handled seq", "topic", t.topic, "last_seq", r.state.LastSeq)
+	r.state.Offset = -1
+	r.dirty = true
+	// Bounded: at most one reopen a second, however often it recurs.
+	if !wait(ctx, time.Second) {
+		return nil, 0, errStop
+	}
+	cl, part, err := r.chooseMode(ctx, t)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ctx.Err() != nil {
+		if cl != nil {
+			cl.Close()
+		}
+		return nil, 0, errStop
+	}
+	return cl, part, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/agentmesh/agentmesh/shared/kafka"
@@ -86,6 +87,10 @@ func (r *runner) openConsumer(ctx context.Context, t *kafkaTarget) (*kgo.Client,
 	r.log.Info("consuming the agent's own partition", "brokers", t.brokers, "topic", t.topic, "partition", part, "partitions", n)
 	return cl, part, nil
 }
+
+// errTopicRecreated ends a consumer whose topic was recreated under its
+// name: deliverLoop opens a new one.
+var errTopicRecreated = errors.New("meshd: the Kafka topic was recreated")
 
 // errKafkaBack ends poll mode: auto mode found Kafka reachable again.
 var errKafkaBack = errors.New("meshd: Kafka is reachable again")
@@ -219,8 +224,16 @@ func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) erro
 		if ctx.Err() != nil {
 			return errStop
 		}
+		recreated := false
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			if errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.InconsistentTopicID) {
+				// The topic was deleted and created again under its name (a
+				// restarted local broker): this client keeps asking for the
+				// old topic id and would never recover.
+				recreated = true
 				return
 			}
 			if now := r.cfg.Clock(); now.Sub(lastFetchWarn) > 30*time.Second {
@@ -228,6 +241,9 @@ func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) erro
 				r.log.Warn("Kafka fetch error (the client retries; heartbeats catch up through the inbox API meanwhile)", "topic", topic, "partition", p, "err", err)
 			}
 		})
+		if recreated {
+			return errTopicRecreated
+		}
 		var recs []*kgo.Record
 		fs.EachRecord(func(rec *kgo.Record) { recs = append(recs, rec) })
 		for _, rec := range recs {

@@ -310,7 +310,14 @@ func (r *runner) deliverLoop(ctx context.Context, tok meshclient.Token) error {
 		if consumer != nil {
 			err := r.kafkaLoop(ctx, consumer, part)
 			consumer.Close()
-			return err
+			if !errors.Is(err, errTopicRecreated) {
+				return err
+			}
+			// A nil consumer (auto mode found no broker) polls below.
+			if consumer, part, err = r.reopenRecreated(ctx, target); err != nil {
+				return err
+			}
+			continue
 		}
 		var back <-chan struct{}
 		probeCtx, stopProbe := context.WithCancel(ctx)
