@@ -21,15 +21,25 @@ import (
 // DefaultBrokers is the broker of infra/kafka.sh.
 const DefaultBrokers = "127.0.0.1:39092"
 
+// BrokerList is the brokers tests dial: KAFKA_BROKERS, else infra/kafka.sh's
+// broker on MESH_KAFKA_PORT (the port the script starts it on), else
+// DefaultBrokers.
+func BrokerList() []string {
+	b := os.Getenv("KAFKA_BROKERS")
+	if p := os.Getenv("MESH_KAFKA_PORT"); b == "" && p != "" {
+		b = "127.0.0.1:" + p
+	}
+	if b == "" {
+		b = DefaultBrokers
+	}
+	return strings.Split(b, ",")
+}
+
 // Brokers returns the brokers tests use, failing (CI) or skipping the test
 // when none answers.
 func Brokers(t testing.TB) []string {
 	t.Helper()
-	b := os.Getenv("KAFKA_BROKERS")
-	if b == "" {
-		b = DefaultBrokers
-	}
-	brokers := strings.Split(b, ",")
+	brokers := BrokerList()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(2*time.Second))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -38,7 +48,7 @@ func Brokers(t testing.TB) []string {
 		cl.Close()
 	}
 	if err != nil {
-		testenv.Missing(t, "Kafka at "+b, err)
+		testenv.Missing(t, "Kafka at "+strings.Join(brokers, ","), err)
 	}
 	return brokers
 }

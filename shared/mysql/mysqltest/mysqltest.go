@@ -20,10 +20,16 @@ import (
 // DefaultDSN reaches the private MariaDB started by infra/mariadb.sh.
 const DefaultDSN = "mesh:mesh@tcp(127.0.0.1:33306)/mesh?parseTime=true"
 
-// ServerDSN is the DSN of the server tests run against.
+// ServerDSN is the DSN of the server tests run against: MYSQL_DSN, else
+// infra/mariadb.sh's server on MESH_MARIADB_PORT (the port the script
+// starts it on; `make test` with another port must dial that one too), else
+// DefaultDSN.
 func ServerDSN() string {
 	if d := os.Getenv("MYSQL_DSN"); d != "" {
 		return d
+	}
+	if p := os.Getenv("MESH_MARIADB_PORT"); p != "" {
+		return strings.Replace(DefaultDSN, "127.0.0.1:33306", "127.0.0.1:"+p, 1)
 	}
 	return DefaultDSN
 }
