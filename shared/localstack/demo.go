@@ -20,7 +20,7 @@ var demoAgents = []struct{ ID, Name string }{{"alice", "Alice (demo)"}, {"bob", 
 type demoCreds struct {
 	Keys map[string]string // agent id → API key
 	// Created is true when the agents were created by this run (false: they
-	// existed and got fresh keys).
+	// existed, with their stored or fresh keys).
 	Created bool
 }
 
@@ -35,10 +35,11 @@ type demo struct {
 
 // agents creates alice and bob and makes them friends, through the admin
 // routes of the local API (the same path an operator takes). On a restart
-// they already exist, so each gets a new API key instead: API keys are shown
-// once and never stored, so a fresh one is the only one that can be printed.
+// they already exist and keep the keys stored in the state directory
+// (demokeys.go); only a key the mesh no longer accepts is rotated.
 func (d *demo) agents(ctx context.Context) (*demoCreds, error) {
 	creds := &demoCreds{Keys: map[string]string{}}
+	stored := loadDemoKeys(d.stateDir)
 	var how []string
 	for _, a := range demoAgents {
 		var res struct {
@@ -53,6 +54,9 @@ func (d *demo) agents(ctx context.Context) (*demoCreds, error) {
 		case status/100 == 2:
 			how = append(how, a.ID+" created")
 			creds.Created = true
+		case status == http.StatusConflict && d.keyWorks(ctx, a.ID, stored[a.ID]):
+			res.APIKey = stored[a.ID]
+			how = append(how, a.ID+" existed (API key kept)")
 		case status == http.StatusConflict:
 			if status, code, err = d.admin(ctx, http.MethodPost, "/v1/admin/agents/"+url.PathEscape(a.ID)+"/keys", map[string]bool{"revoke_existing": true}, &res); err != nil {
 				return nil, err
@@ -68,6 +72,9 @@ func (d *demo) agents(ctx context.Context) (*demoCreds, error) {
 			return nil, fmt.Errorf("the admin API returned no api_key for %s", a.ID)
 		}
 		creds.Keys[a.ID] = res.APIKey
+	}
+	if err := saveDemoKeys(d.stateDir, creds.Keys); err != nil {
+		return nil, err
 	}
 	status, code, err := d.admin(ctx, http.MethodPost, "/v1/admin/friendships", map[string]string{"a": "alice", "b": "bob"}, nil)
 	if err != nil {

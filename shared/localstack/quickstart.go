@@ -3,6 +3,7 @@ package localstack
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 )
 
@@ -23,8 +24,8 @@ func printQuickstart(w io.Writer, base string, s Secrets, creds *demoCreds, secr
 	}
 	line("  Kept in %s (mode 0600): the admin, JWT and inbox", secretsPath)
 	line("  master keys, unless MESH_ADMIN_KEY, MESH_JWT_KEYS or MESH_INBOX_MASTER_KEY is set.")
-	line("  API keys are never stored: each start gives alice and bob a fresh one and revokes")
-	line("  the older ones.")
+	line("  alice's and bob's API keys are kept in %s (mode 0600)", filepath.Join(filepath.Dir(secretsPath), demoKeysFile))
+	line("  and printed again at each start, so exported keys and MCP configs keep working.")
 	line("")
 	line("Quickstart (copy-paste into another terminal):")
 	line("  export MESH_API_URL=%s", base)
@@ -46,10 +47,13 @@ func printQuickstart(w io.Writer, base string, s Secrets, creds *demoCreds, secr
 	line(`       -H 'Content-Type: application/json' -d '{"to":"bob","parts":[{"kind":"text","text":"hello from curl"}]}'; echo`)
 	line("  # bob's inbox, straight from the database (long-polls up to 5 s when empty):")
 	line(`  curl -s "$MESH_API_URL/v1/inbox?after=0&wait=5" -H "Authorization: Bearer $BOB"; echo`)
-	line("  # your own agent host: a new agent carol (once), friends with alice, running meshd")
-	line("  # with a handler command that gets each event as JSON on stdin:")
+	line("  # your own agent host: an agent carol (created, or given a new key when she exists),")
+	line("  # friends with alice, running meshd with a handler that gets each event as JSON on stdin:")
+	line(`  key() { sed -nE 's/.*"api_key":"([^"]+)".*/\1/p'; }`)
 	line(`  CAROL_KEY=$(curl -s -X POST "$MESH_API_URL/v1/admin/agents" -H "Authorization: Bearer $MESH_ADMIN_KEY" \`)
-	line(`       -H 'Content-Type: application/json' -d '{"agent_id":"carol"}' | sed -E 's/.*"api_key":"([^"]+)".*/\1/')`)
+	line(`       -H 'Content-Type: application/json' -d '{"agent_id":"carol"}' | key)`)
+	line(`  [ -n "$CAROL_KEY" ] || CAROL_KEY=$(curl -s -X POST "$MESH_API_URL/v1/admin/agents/carol/keys" \`)
+	line(`       -H "Authorization: Bearer $MESH_ADMIN_KEY" -H 'Content-Type: application/json' -d '{"revoke_existing":true}' | key)`)
 	line(`  curl -s -X POST "$MESH_API_URL/v1/admin/friendships" -H "Authorization: Bearer $MESH_ADMIN_KEY" \`)
 	line(`       -H 'Content-Type: application/json' -d '{"a":"alice","b":"carol"}'; echo`)
 	line(`  MESH_API_KEY=$CAROL_KEY MESH_STATE_DIR=.local/carol go run ./cmd/meshd run -- cat &`)
