@@ -97,7 +97,10 @@ func areFriends(ctx context.Context, q Querier, a, b string) (bool, error) {
 
 // befriend stores the friendship in both directions and settles every
 // pending request between the two as accepted. The caller holds lockPair.
-func befriend(ctx context.Context, tx *sql.Tx, a, b string, now time.Time) error {
+func befriend(ctx context.Context, tx *sql.Tx, by Actor, a, b string, now time.Time) error {
+	if err := Audit(ctx, tx, by, now, AuditFriendshipCreated, a, b, auditDetail("%s and %s are friends", a, b)); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO friendships (agent_id, friend_id, created_at) VALUES (?, ?, ?), (?, ?, ?)
 ON DUPLICATE KEY UPDATE created_at = created_at`, a, b, now, b, a, now); err != nil {
 		return err
@@ -164,8 +167,17 @@ WHERE from_agent = ? AND status = 'pending' AND to_agent = ?)`, to, from).Scan(&
 		}
 		req = FriendRequest{From: from, To: to, Status: RequestPending, CreatedAt: now}
 		var decided any
+		if !reverse {
+			// Agents of one account whose policy says so befriend at once.
+			if reverse, err = sameAccountAuto(ctx, tx, from, to); err != nil {
+				return err
+			}
+		}
+		if err := Audit(ctx, tx, agentActor(from), now, AuditRequestSent, from, to, auditDetail("%s asked %s", from, to)); err != nil {
+			return err
+		}
 		if reverse {
-			if err := befriend(ctx, tx, from, to, now); err != nil {
+			if err := befriend(ctx, tx, agentActor(from), from, to, now); err != nil {
 				return err
 			}
 			req.Status, req.DecidedAt, decided = RequestAccepted, &now, now
@@ -336,6 +348,15 @@ func (s *Service) AcceptFriendRequest(ctx context.Context, caller, requestID str
 		if caller == from {
 			return mesh.Errorf(mesh.KindForbidden, "cannot_accept_own_request", "only the recipient can accept a friend request")
 		}
+		if !decidedByAccount(ctx) {
+			p, err := PolicyOf(ctx, tx, to)
+			if err != nil {
+				return err
+			}
+			if p.FriendPolicy == PolicyAccount {
+				return errAccountApproval
+			}
+		}
 		if _, err := lockPair(ctx, tx, from, to); err != nil {
 			return err
 		}
@@ -350,7 +371,7 @@ FROM friend_requests WHERE request_id = ? FOR UPDATE`, id)); err != nil {
 		default:
 			return mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
 		}
-		if err := befriend(ctx, tx, from, to, now); err != nil {
+		if err := befriend(ctx, tx, agentActor(caller), from, to, now); err != nil {
 			return err
 		}
 		req.Status, req.DecidedAt = RequestAccepted, &now
@@ -393,6 +414,13 @@ FROM friend_requests WHERE request_id = ? FOR UPDATE`, id))
 			return mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE friend_requests SET status = ?, decided_at = ? WHERE request_id = ?", want, now, id); err != nil {
+			return err
+		}
+		action := AuditRequestRejected
+		if want == RequestWithdrawn {
+			action = AuditRequestWithdrawn
+		}
+		if err := Audit(ctx, tx, agentActor(caller), now, action, req.To, req.From, auditDetail("request %d from %s to %s", id, req.From, req.To)); err != nil {
 			return err
 		}
 		req.Status, req.DecidedAt = want, &now
@@ -452,7 +480,7 @@ func (s *Service) RemoveFriend(ctx context.Context, a, b string) error {
 			}
 			return err
 		}
-		return nil
+		return Audit(ctx, tx, agentActor(a), now, AuditFriendshipRemoved, a, b, auditDetail("%s and %s are no longer friends", a, b))
 	})
 }
 
@@ -494,7 +522,7 @@ func (s *Service) AdminCreateFriendship(ctx context.Context, a, b string) (f Adm
 			return err
 		}
 		f.Since, created = now, true
-		return befriend(ctx, tx, a, b, now)
+		return befriend(ctx, tx, AdminActor, a, b, now)
 	})
 	return f, created, err
 }
@@ -505,4 +533,15 @@ func timePtr(t sql.NullTime) *time.Time {
 	}
 	v := t.Time
 	return &v
+}
+
+// sameAccountAuto reports whether a request from from to to is accepted at
+// once: both agents belong to one account and to's policy says so.
+func sameAccountAuto(ctx context.Context, q Querier, from, to string) (bool, error) {
+	pt, err := PolicyOf(ctx, q, to)
+	if err != nil || !pt.SameAccountAuto {
+		return false, err
+	}
+	pf, err := PolicyOf(ctx, q, from)
+	return err == nil && pf.AccountID == pt.AccountID, err
 }

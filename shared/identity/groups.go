@@ -94,7 +94,10 @@ func (s *Service) CreateGroup(ctx context.Context, caller, name string) (Group, 
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
 			return err
 		}
-		return insertGroup(ctx, tx, g)
+		if err := insertGroup(ctx, tx, g); err != nil {
+			return err
+		}
+		return Audit(ctx, tx, agentActor(caller), now, AuditGroupCreated, caller, g.GroupID, auditDetail("group %s (%s), owner %s", g.GroupID, g.Name, caller))
 	})
 	return g, err
 }
@@ -243,7 +246,7 @@ func (s *Service) AddGroupMember(ctx context.Context, caller, groupID, agentID, 
 		if !friend {
 			return mesh.Errorf(mesh.KindForbidden, "not_a_friend", "you can only add your friends to a group")
 		}
-		return addMember(ctx, tx, &m, &created, role, now)
+		return addMember(ctx, tx, agentActor(caller), &m, &created, role, now)
 	})
 	return m, created, err
 }
@@ -304,8 +307,10 @@ func (s *Service) RemoveGroupMember(ctx context.Context, caller, groupID, target
 				return err
 			}
 		}
-		_, err = tx.ExecContext(ctx, "DELETE FROM group_members WHERE group_id = ? AND agent_id = ?", groupID, target)
-		return err
+		if _, err = tx.ExecContext(ctx, "DELETE FROM group_members WHERE group_id = ? AND agent_id = ?", groupID, target); err != nil {
+			return err
+		}
+		return Audit(ctx, tx, agentActor(caller), now, AuditGroupMemberRemoved, target, groupID, auditDetail("%s left group %s (removed by %s)", target, groupID, caller))
 	})
 }
 
@@ -382,8 +387,11 @@ func (s *Service) AdminCreateGroup(ctx context.Context, in AdminGroupInput) (Gro
 			if _, err := tx.ExecContext(ctx, "INSERT INTO group_members (group_id, agent_id, role, joined_at) VALUES (?, ?, 'member', ?)", g.GroupID, m, now); err != nil {
 				return err
 			}
+			if err := Audit(ctx, tx, AdminActor, now, AuditGroupMemberAdded, m, g.GroupID, auditDetail("%s joined group %s as member", m, g.GroupID)); err != nil {
+				return err
+			}
 		}
-		return nil
+		return Audit(ctx, tx, AdminActor, now, AuditGroupCreated, g.Owner, g.GroupID, auditDetail("group %s (%s), owner %s", g.GroupID, g.Name, g.Owner))
 	})
 	return g, err
 }
@@ -424,7 +432,7 @@ func (s *Service) AdminAddGroupMember(ctx context.Context, groupID, agentID, rol
 			m.Role, m.JoinedAt = existing, joined
 			return err
 		}
-		return addMember(ctx, tx, &m, &created, role, now)
+		return addMember(ctx, tx, AdminActor, &m, &created, role, now)
 	})
 	return m, created, err
 }
@@ -432,7 +440,7 @@ func (s *Service) AdminAddGroupMember(ctx context.Context, groupID, agentID, rol
 // addMember inserts m's membership. A concurrent add of the same agent that
 // committed first is a duplicate key: the fresh locking read then answers
 // that membership instead.
-func addMember(ctx context.Context, tx *sql.Tx, m *Membership, created *bool, role string, now time.Time) error {
+func addMember(ctx context.Context, tx *sql.Tx, by Actor, m *Membership, created *bool, role string, now time.Time) error {
 	_, err := tx.ExecContext(ctx, "INSERT INTO group_members (group_id, agent_id, role, joined_at) VALUES (?, ?, ?, ?)", m.GroupID, m.AgentID, role, now)
 	if mysql.IsDuplicate(err) {
 		var ok bool
@@ -446,7 +454,7 @@ func addMember(ctx context.Context, tx *sql.Tx, m *Membership, created *bool, ro
 		return err
 	}
 	m.Role, m.JoinedAt, *created = role, now, true
-	return nil
+	return Audit(ctx, tx, by, now, AuditGroupMemberAdded, m.AgentID, m.GroupID, auditDetail("%s joined group %s as %s", m.AgentID, m.GroupID, role))
 }
 
 // validMembership checks the input of both add-member routes and returns the

@@ -73,6 +73,7 @@ const reservedAgentID = "me"
 type NewAgent struct {
 	AgentID   string    `json:"agent_id"`
 	Name      string    `json:"name"`
+	Kind      string    `json:"-"`
 	KeyID     string    `json:"key_id"`
 	APIKey    string    `json:"api_key"`
 	KeyEpoch  int       `json:"key_epoch"`
@@ -88,6 +89,16 @@ func (s *Service) CreateAgent(ctx context.Context, agentID, name string) (keyID,
 }
 
 func (s *Service) createAgent(ctx context.Context, agentID, name string) (NewAgent, error) {
+	return s.CreateAgentFor(ctx, OperatorAccount, KindNormal, agentID, name)
+}
+
+// CreateAgentFor registers an agent of kind (KindNormal or KindVirtualUser)
+// owned by accountID and returns its first API key (shown once). The admin
+// routes create the operator account's agents; accounts create their own.
+func (s *Service) CreateAgentFor(ctx context.Context, accountID, kind, agentID, name string) (NewAgent, error) {
+	if kind != KindNormal && kind != KindVirtualUser {
+		return NewAgent{}, mesh.Errorf(mesh.KindUnprocessable, "invalid_kind", "kind must be %s or %s", KindNormal, KindVirtualUser)
+	}
 	if !mesh.ValidAgentID(agentID) {
 		return NewAgent{}, errInvalidAgentID("agent_id")
 	}
@@ -115,13 +126,19 @@ func (s *Service) createAgent(ctx context.Context, agentID, name string) (NewAge
 		if _, err := tx.ExecContext(ctx, "INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", agentID); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, "INSERT INTO rate_limits (agent_id, tat_us) VALUES (?, 0)", agentID)
-		return err
+		if _, err := tx.ExecContext(ctx, "INSERT INTO rate_limits (agent_id, tat_us) VALUES (?, 0)", agentID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO agent_accounts (agent_id, account_id, kind, friend_policy, same_account_auto) VALUES (?, ?, ?, ?, 0)",
+			agentID, accountID, kind, PolicyAgent); err != nil {
+			return err
+		}
+		return Audit(ctx, tx, AdminActor, now, AuditAgentCreated, agentID, "", auditDetail("kind %s, account %s, key %s", kind, accountID, keyID))
 	})
 	if err != nil {
 		return NewAgent{}, err
 	}
-	return NewAgent{AgentID: agentID, Name: name, KeyID: keyID, APIKey: apiKey, KeyEpoch: 1, CreatedAt: now}, nil
+	return NewAgent{AgentID: agentID, Name: name, Kind: kind, KeyID: keyID, APIKey: apiKey, KeyEpoch: 1, CreatedAt: now}, nil
 }
 
 // RotateOptions are the optional parts of a key rotation.
@@ -198,7 +215,7 @@ func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptio
 			}
 			out.KeyEpoch++
 		}
-		return nil
+		return Audit(ctx, tx, AdminActor, now, AuditKeyRotated, agentID, "", auditDetail("new key %s, revoked %v", keyID, out.RevokedKeyIDs))
 	})
 	return out, err
 }
@@ -257,7 +274,10 @@ func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (Revoked
 			return err
 		}
 		out.KeyEpoch++
-		return bumpEpoch(ctx, tx, agentID)
+		if err := bumpEpoch(ctx, tx, agentID); err != nil {
+			return err
+		}
+		return Audit(ctx, tx, AdminActor, out.RevokedAt, AuditKeyRevoked, agentID, "", auditDetail("key %s", keyID))
 	})
 	return out, err
 }

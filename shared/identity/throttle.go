@@ -2,7 +2,9 @@ package identity
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -109,6 +111,33 @@ func (s *Service) takeAdmin(ctx context.Context, now time.Time) error {
 	return s.spend(ctx, []throttle{t}, now)
 }
 
+// signInBucket is the failure bucket of one account's email: a hash, so
+// that any email fits the column and none is stored in clear.
+const signInBucket = "signin:"
+
+// signInThrottles are the failure buckets of a sign-in: the email's (someone
+// guessing one account's password, the same budget as one API key's) and
+// the source address's, shared with failed API key attempts.
+func signInThrottles(ctx context.Context, email string) []throttle {
+	h := sha256.Sum256([]byte(email))
+	out := []throttle{{signInBucket + hex.EncodeToString(h[:16]), keyFailures}}
+	if addr := httpapi.SourceAddr(ctx); addr != "" {
+		out = append(out, throttle{addrBucket + truncateBucket(addr), addrFailures})
+	}
+	return out
+}
+
+// CheckSignIn answers 429 while the failure budget of email or of the
+// request's address is spent, before any password is checked.
+func (s *Service) CheckSignIn(ctx context.Context, email string) error {
+	return s.checkThrottles(ctx, signInThrottles(ctx, email), s.now())
+}
+
+// FailSignIn spends one unit of the failure budgets of email and address.
+func (s *Service) FailSignIn(ctx context.Context, email string) error {
+	return s.spend(ctx, signInThrottles(ctx, email), s.now())
+}
+
 func (b budget) interval() int64  { return b.Per.Microseconds() }
 func (b budget) tolerance() int64 { return b.Per.Microseconds() * int64(b.Burst) }
 
@@ -123,8 +152,9 @@ func throttled(waitUS int64, b budget) error {
 // refilled: keeping them would change no answer. The prefix keeps the scan
 // on the primary key's range of those buckets, never on agents' own rows.
 const (
-	expiredKeyThrottlesSQL  = `DELETE FROM rate_limits WHERE agent_id LIKE 'authkey:%' AND tat_us < ? LIMIT ?`
-	expiredAddrThrottlesSQL = `DELETE FROM rate_limits WHERE agent_id LIKE 'authaddr:%' AND tat_us < ? LIMIT ?`
+	expiredKeyThrottlesSQL    = `DELETE FROM rate_limits WHERE agent_id LIKE 'authkey:%' AND tat_us < ? LIMIT ?`
+	expiredAddrThrottlesSQL   = `DELETE FROM rate_limits WHERE agent_id LIKE 'authaddr:%' AND tat_us < ? LIMIT ?`
+	expiredSignInThrottlesSQL = `DELETE FROM rate_limits WHERE agent_id LIKE 'signin:%' AND tat_us < ? LIMIT ?`
 )
 
 // ExpireThrottles deletes up to batch refilled failure buckets of each kind
@@ -132,7 +162,7 @@ const (
 // deleted. The outbox janitor calls it.
 func ExpireThrottles(ctx context.Context, q Querier, now time.Time, batch int) (int, error) {
 	total := 0
-	for _, query := range []string{expiredKeyThrottlesSQL, expiredAddrThrottlesSQL} {
+	for _, query := range []string{expiredKeyThrottlesSQL, expiredAddrThrottlesSQL, expiredSignInThrottlesSQL} {
 		res, err := q.ExecContext(ctx, query, now.UnixMicro(), batch)
 		if err != nil {
 			return total, err

@@ -61,6 +61,7 @@ func runMesh(t *testing.T, env map[string]string) (out, stderr string) {
 var (
 	apiKeyRe   = regexp.MustCompile(`amk_[A-Za-z0-9_-]+`)
 	adminKeyRe = regexp.MustCompile(`amadm_[A-Za-z0-9_-]+`)
+	demoPwRe   = regexp.MustCompile(`demo-[0-9a-f]{20}`)
 )
 
 // The whole local mesh, in-process: a real database, the embedded Kafka
@@ -90,6 +91,8 @@ func TestRunBootsTheMeshRunsTheDemoAndRestartsIdempotently(t *testing.T) {
 		"exchange complete",
 		"admin key      amadm_",
 		"alice API key  amk_",
+		"console        http://127.0.0.1:",
+		"(sign in as demo@localhost, password demo-",
 		"meshlocal is up. Ctrl-C stops it.",
 		"demo meshd of alice and bob stopped",
 		"HTTP server and schedules stopped",
@@ -108,6 +111,7 @@ func TestRunBootsTheMeshRunsTheDemoAndRestartsIdempotently(t *testing.T) {
 
 	t.Run("credentials reach the terminal only, never the structured log", func(t *testing.T) {
 		secrets := append(apiKeyRe.FindAllString(out, -1), adminKeyRe.FindAllString(out, -1)...)
+		secrets = append(secrets, demoPwRe.FindAllString(out, -1)...)
 		if len(secrets) < 3 {
 			t.Fatalf("found %d credentials in the terminal output, want the admin key and two API keys", len(secrets))
 		}
@@ -149,6 +153,9 @@ func TestRunBootsTheMeshRunsTheDemoAndRestartsIdempotently(t *testing.T) {
 	}
 	if a, b := adminKeyRe.FindString(out), adminKeyRe.FindString(out2); a == "" || a != b {
 		t.Errorf("the admin key changed across restarts")
+	}
+	if a, b := demoPwRe.FindString(out), demoPwRe.FindString(out2); a == "" || a != b {
+		t.Errorf("the demo account's password changed across restarts (%q, %q)", a, b)
 	}
 	if a, b := apiKeyRe.FindString(out), apiKeyRe.FindString(out2); a == "" || a != b {
 		t.Errorf("alice's API key changed across restarts")

@@ -3,6 +3,9 @@ package localstack
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +25,22 @@ type demoCreds struct {
 	// Created is true when the agents were created by this run (false: they
 	// existed, with their stored or fresh keys).
 	Created bool
+	// AccountEmail and AccountPassword sign the demo account in to the
+	// console (an operator account, so the outbox page shows too).
+	AccountEmail, AccountPassword string
+}
+
+// demoAccountEmail is the demo account of every local mesh.
+const demoAccountEmail = "demo@localhost"
+
+// demoPassword derives the demo account's password from the admin key: the
+// same on every start of one local mesh (the key is kept in its secrets
+// file), so an account that already exists can still be printed, and
+// unguessable without the key.
+func demoPassword(adminKey string) string {
+	m := hmac.New(sha256.New, []byte(adminKey))
+	m.Write([]byte("agent mesh demo account"))
+	return "demo-" + hex.EncodeToString(m.Sum(nil))[:20]
 }
 
 type demo struct {
@@ -83,7 +102,16 @@ func (d *demo) agents(ctx context.Context) (*demoCreds, error) {
 	if status/100 != 2 && status != http.StatusConflict {
 		return nil, fmt.Errorf("making alice and bob friends: HTTP %d %s", status, code)
 	}
-	d.say("[5/6] demo agents: %s; alice and bob are friends", strings.Join(how, ", "))
+	creds.AccountEmail, creds.AccountPassword = demoAccountEmail, demoPassword(d.adminKey)
+	status, code, err = d.admin(ctx, http.MethodPost, "/v1/admin/accounts",
+		map[string]any{"email": creds.AccountEmail, "password": creds.AccountPassword, "name": "Demo operator", "operator": true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if status/100 != 2 && status != http.StatusConflict {
+		return nil, fmt.Errorf("creating the demo account: HTTP %d %s", status, code)
+	}
+	d.say("[5/6] demo agents: %s; alice and bob are friends; demo account %s", strings.Join(how, ", "), creds.AccountEmail)
 	return creds, nil
 }
 

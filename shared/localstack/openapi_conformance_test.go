@@ -71,10 +71,17 @@ func loadAPIDoc(t *testing.T, root string) apiDoc {
 	return apiDoc{doc: doc, router: router}
 }
 
-// requireBearer stands in for both security schemes: the document can only
-// say that a bearer credential is sent; whether it is valid is the code's
-// business (and a 401 the document must describe).
+// requireBearer stands in for the security schemes: the document can only
+// say that a bearer credential (or, for account routes, the session cookie)
+// is sent; whether it is valid is the code's business (and a 401 the
+// document must describe).
 func requireBearer(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	if in.SecuritySchemeName == "accountSession" {
+		if _, err := in.RequestValidationInput.Request.Cookie("mesh_session"); err != nil {
+			return errors.New("no mesh_session cookie")
+		}
+		return nil
+	}
 	scheme, cred, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(cred) == "" {
 		return errors.New("no Authorization: Bearer credential")
@@ -134,6 +141,9 @@ func (d apiDoc) validateResponse(req *http.Request, route *routers.Route, params
 	}
 	ct := header.Get("Content-Type")
 	switch {
+	case strings.HasPrefix(route.Path, "/console"):
+		// The console answers HTML pages, redirects and HTML error pages:
+		// the document's statuses and content types (checked above) are all.
 	case status == http.StatusNoContent:
 		if len(body) > 0 {
 			out = append(out, fmt.Sprintf("204 with a body: %s", body))
@@ -175,6 +185,10 @@ type call struct {
 	Who    string
 	Method string
 	Path   string // with the query, already escaped
+	// Cookie is the session token (mesh_session); empty sends none.
+	Cookie string
+	// CSRF is the X-CSRF-Token header; empty sends none.
+	CSRF string
 	// Auth is the whole Authorization header; empty sends none.
 	Auth string
 	// Body is marshalled as JSON; a string or []byte is sent as is.
@@ -267,7 +281,13 @@ func (c *conformance) send(k call) (*http.Request, []byte, answer, error) {
 	if k.Auth != "" {
 		req.Header.Set("Authorization", k.Auth)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if k.Cookie != "" {
+		req.AddCookie(&http.Cookie{Name: "mesh_session", Value: k.Cookie})
+	}
+	if k.CSRF != "" {
+		req.Header.Set("X-CSRF-Token", k.CSRF)
+	}
+	resp, err := noRedirects.Do(req)
 	if err != nil {
 		return nil, nil, answer{}, err
 	}
@@ -275,6 +295,9 @@ func (c *conformance) send(k call) (*http.Request, []byte, answer, error) {
 	got, err := io.ReadAll(resp.Body)
 	return req, body, answer{Status: resp.StatusCode, Header: resp.Header, Body: got}, err
 }
+
+// noRedirects answers a redirect (the console's 303) as it is.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // do runs one step as a subtest and returns its answer.
 func (c *conformance) do(k call) answer {
@@ -385,6 +408,7 @@ func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
 
 	c := &conformance{t: t, doc: doc, base: stack.URL, seen: map[string]map[int]bool{}, codes: map[string]map[string]bool{}, samples: map[string]sample{}, bodies: map[string]call{}}
 	runScenario(t, c, reg, cfg, adminKey, stack.Env.DB)
+	runAccountScenario(t, c, adminKey, stack.Env.DB)
 	strictBodies(t, c)
 
 	// The health route's error answer needs a database that does not

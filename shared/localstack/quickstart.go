@@ -21,6 +21,7 @@ func printQuickstart(w io.Writer, base string, s Secrets, creds *demoCreds, secr
 	if creds != nil {
 		line("  alice API key  %s", creds.Keys["alice"])
 		line("  bob API key    %s", creds.Keys["bob"])
+		line("  console        %s/console  (sign in as %s, password %s)", base, creds.AccountEmail, creds.AccountPassword)
 	}
 	line("  Kept in %s (mode 0600): the admin, JWT and inbox", secretsPath)
 	line("  master keys, unless MESH_ADMIN_KEY, MESH_JWT_KEYS or MESH_INBOX_MASTER_KEY is set.")

@@ -3,11 +3,14 @@ package localstack
 import (
 	"fmt"
 
+	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/console"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tracing"
 )
 
 // Deps are the long-lived clients the scheduled jobs need beyond app.Env.
@@ -40,9 +43,17 @@ func NewRegistry(env *app.Env, deps Deps) (Registry, error) {
 	}
 
 	ts := tasks.New(env)
+	acc := accounts.New(env.Identity, ts)
 	addHTTP(env.Endpoints())
 	addHTTP(identity.Endpoints(env.Identity))
 	addHTTP(tasks.Endpoints(ts))
+	addHTTP(accounts.Endpoints(acc))
+	// The console answers HTML, not the JSON of httpapi: functions/console
+	// wraps the same handler.
+	if _, ok := reg.HTTP["ConsoleFunction"]; ok {
+		dup = append(dup, "ConsoleFunction")
+	}
+	reg.HTTP["ConsoleFunction"] = tracing.HTTP(console.New(acc, env.Log).Handler())
 
 	addJob("PresenceScannerFunction", env.Identity.ScanPresence)
 	for id, job := range tasks.Jobs(ts) {

@@ -1,0 +1,15 @@
+// Command account-drain-agent is the POST /v1/account/agents/{id}/drain function: mark one of the account's agents draining.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(accounts.Endpoints(accounts.New(env.Identity, tasks.New(env))).Must("AccountDrainAgentFunction")))
+}

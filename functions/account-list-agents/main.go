@@ -1,0 +1,15 @@
+// Command account-list-agents is the GET /v1/account/agents function: the account's agents with presence, lag, keys and dead letters.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(accounts.Endpoints(accounts.New(env.Identity, tasks.New(env))).Must("AccountListAgentsFunction")))
+}

@@ -1,0 +1,15 @@
+// Command account-list-tasks is the GET /v1/account/agents/{id}/tasks function: the tasks of one of the account's agents.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(accounts.Endpoints(accounts.New(env.Identity, tasks.New(env))).Must("AccountListTasksFunction")))
+}

@@ -1,0 +1,15 @@
+// Command account-revoke-key is the DELETE /v1/account/agents/{id}/keys/{key_id} function: revoke an API key of one of the account's agents.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(accounts.Endpoints(accounts.New(env.Identity, tasks.New(env))).Must("AccountRevokeKeyFunction")))
+}

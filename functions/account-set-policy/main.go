@@ -1,0 +1,15 @@
+// Command account-set-policy is the PUT /v1/account/agents/{id}/policy function: how friend requests to one of the account's agents are decided.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(accounts.Endpoints(accounts.New(env.Identity, tasks.New(env))).Must("AccountSetPolicyFunction")))
+}

@@ -1,0 +1,160 @@
+package accounts
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/identity"
+)
+
+// auditRows counts the audit rows of action on agentID by actor kind.
+func auditRows(t *testing.T, f *fixture, action, agentID, actorKind string) int {
+	t.Helper()
+	var n int
+	if err := f.s.DB.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM audit_log WHERE action = ? AND (agent_id = ? OR other_id = ? OR actor_id = ?) AND actor_kind = ?",
+		action, agentID, agentID, agentID, actorKind).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestAnAccountApprovalPolicyLeavesTheDecisionToTheAccount(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ada := f.account("ada@example.org", false)
+	for _, id := range []string{"ada-bot", "ada-helper"} {
+		if _, err := f.s.CreateAgent(ctx, ada.Account, id, "", identity.KindNormal); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := f.s.Identity.CreateAgent(ctx, "outsider", ""); err != nil {
+		t.Fatal(err)
+	}
+	r := f.call(req{fn: "AccountSetPolicyFunction", method: http.MethodPut, path: map[string]string{"id": "ada-bot"}, cookie: ada.token, csrf: ada.csrf,
+		body: map[string]any{"friend_policy": "account", "same_account_auto": true}})
+	if r.status != http.StatusOK {
+		t.Fatalf("set policy: %d %s", r.status, r.body)
+	}
+	fr, _, err := f.s.Identity.SendFriendRequest(ctx, "outsider", "ada-bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the agent cannot accept a request its account must approve", func(t *testing.T) {
+		_, err := f.s.Identity.AcceptFriendRequest(ctx, "ada-bot", fr.RequestID)
+		if err == nil || err.Error() == "" || !isCode(err, "account_approval_required") {
+			t.Fatalf("accept by the agent: %v", err)
+		}
+	})
+	t.Run("the account lists and approves it, and the audit log says the account did", func(t *testing.T) {
+		r := f.call(req{fn: "AccountListFriendRequestsFunction", method: http.MethodGet, cookie: ada.token})
+		if r.status != http.StatusOK || !contains(r.body, `"request_id":"`+fr.RequestID+`"`) {
+			t.Fatalf("list: %d %s", r.status, r.body)
+		}
+		r = f.call(req{fn: "AccountDecideFriendRequestFunction", method: http.MethodPost, path: map[string]string{"id": fr.RequestID}, cookie: ada.token, csrf: ada.csrf,
+			body: map[string]string{"decision": "accept"}})
+		if r.status != http.StatusOK || !contains(r.body, `"status":"accepted"`) {
+			t.Fatalf("approve: %d %s", r.status, r.body)
+		}
+		if n := auditRows(t, f, identity.AuditFriendshipCreated, "ada-bot", identity.ActorAccount); n != 1 {
+			t.Errorf("friendship.created by the account: %d rows", n)
+		}
+		if n := auditRows(t, f, identity.AuditPolicyChanged, "ada-bot", identity.ActorAccount); n != 1 {
+			t.Errorf("policy.changed by the account: %d rows", n)
+		}
+	})
+	t.Run("a request between agents of one account is accepted at once when the policy says so", func(t *testing.T) {
+		req, _, err := f.s.Identity.SendFriendRequest(ctx, "ada-helper", "ada-bot")
+		if err != nil || req.Status != identity.RequestAccepted {
+			t.Fatalf("%+v %v", req, err)
+		}
+	})
+	t.Run("an agent with the default policy still accepts its own requests", func(t *testing.T) {
+		fr, _, err := f.s.Identity.SendFriendRequest(ctx, "outsider", "ada-helper")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.s.Identity.AcceptFriendRequest(ctx, "ada-helper", fr.RequestID); err != nil {
+			t.Fatal(err)
+		}
+		if n := auditRows(t, f, identity.AuditFriendshipCreated, "ada-helper", identity.ActorAgent); n < 1 {
+			t.Errorf("friendship.created by the agent: %d rows", n)
+		}
+	})
+}
+
+func TestEveryChangeToTheGraphKeysAndPoliciesIsAudited(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ada := f.account("ada@example.org", false)
+	id := f.s.Identity
+	created, err := f.s.CreateAgent(ctx, ada.Account, "ada-bot", "", identity.KindVirtualUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := id.CreateAgent(ctx, "peer", ""); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		what, action, actor string
+		do                  func() error
+	}{
+		{"creating an agent", identity.AuditAgentCreated, identity.ActorAccount, func() error { return nil }},
+		{"rotating a key", identity.AuditKeyRotated, identity.ActorAccount, func() error {
+			_, err := f.s.RotateKey(ctx, ada.Account, "ada-bot", identity.RotateOptions{})
+			return err
+		}},
+		{"revoking a key", identity.AuditKeyRevoked, identity.ActorAccount, func() error {
+			_, err := f.s.RevokeKey(ctx, ada.Account, "ada-bot", created.KeyID)
+			return err
+		}},
+		{"sending a friend request", identity.AuditRequestSent, identity.ActorAgent, func() error {
+			_, _, err := id.SendFriendRequest(ctx, "peer", "ada-bot")
+			return err
+		}},
+		{"befriending", identity.AuditFriendshipCreated, identity.ActorAdmin, func() error {
+			_, _, err := id.AdminCreateFriendship(ctx, "peer", "ada-bot")
+			return err
+		}},
+		{"creating a group", identity.AuditGroupCreated, identity.ActorAgent, func() error {
+			g, err := id.CreateGroup(ctx, "ada-bot", "Team")
+			if err == nil {
+				_, _, err = id.AddGroupMember(ctx, "ada-bot", g.GroupID, "peer", "")
+			}
+			if err == nil {
+				err = id.RemoveGroupMember(ctx, "ada-bot", g.GroupID, "peer")
+			}
+			return err
+		}},
+		{"adding a group member", identity.AuditGroupMemberAdded, identity.ActorAgent, func() error { return nil }},
+		{"removing a group member", identity.AuditGroupMemberRemoved, identity.ActorAgent, func() error { return nil }},
+		{"unfriending", identity.AuditFriendshipRemoved, identity.ActorAgent, func() error { return id.RemoveFriend(ctx, "peer", "ada-bot") }},
+		{"changing a policy", identity.AuditPolicyChanged, identity.ActorAccount, func() error {
+			_, err := f.s.SetPolicy(ctx, ada.Account, "ada-bot", PolicyInput{FriendPolicy: identity.PolicyAccount})
+			return err
+		}},
+	}
+	for _, st := range steps {
+		t.Run(st.what+" writes "+st.action+" by the "+st.actor+", readable by the account", func(t *testing.T) {
+			if err := st.do(); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Advance(time.Second)
+			if n := auditRows(t, f, st.action, "ada-bot", st.actor); n != 1 {
+				t.Fatalf("%d rows", n)
+			}
+			entries, _, err := f.s.ListAudit(ctx, ada.Account, 0, MaxAuditPage)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, e := range entries {
+				found = found || e.Action == st.action
+			}
+			if !found {
+				t.Fatalf("not in the account's audit log: %+v", entries)
+			}
+		})
+	}
+}

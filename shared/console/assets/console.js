@@ -1,0 +1,134 @@
+// Agent Mesh console: every write goes to the JSON account API with the
+// session's CSRF token; the pages themselves only read.
+(function () {
+  "use strict";
+  var csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
+  var busy = false; // a write or a shown key holds the refresh
+
+  function flash(text, bad) {
+    var f = document.getElementById("flash");
+    if (!f) return;
+    f.textContent = text;
+    f.className = bad ? "flash bad" : "flash";
+    f.hidden = false;
+  }
+
+  function api(method, path, body) {
+    var opts = { method: method, credentials: "same-origin", headers: { "X-CSRF-Token": csrf } };
+    if (body !== undefined) {
+      opts.headers["Content-Type"] = "application/json";
+      opts.body = JSON.stringify(body);
+    }
+    return fetch(path, opts).then(function (r) {
+      return r.text().then(function (t) {
+        var data = null;
+        try { data = t ? JSON.parse(t) : null; } catch (e) { data = null; }
+        if (!r.ok) {
+          var msg = (data && (data.detail || data.code)) || ("HTTP " + r.status);
+          throw new Error(msg);
+        }
+        return data;
+      });
+    });
+  }
+
+  function act(promise, done) {
+    busy = true;
+    promise.then(function (d) {
+      busy = false;
+      if (done) done(d); else location.reload();
+    }, function (e) {
+      busy = false;
+      flash(e.message, true);
+    });
+  }
+
+  function on(sel, ev, fn) {
+    Array.prototype.forEach.call(document.querySelectorAll(sel), function (el) { el.addEventListener(ev, fn); });
+  }
+
+  var enc = encodeURIComponent;
+
+  var signin = document.getElementById("signin");
+  if (signin) {
+    signin.addEventListener("submit", function (e) {
+      e.preventDefault();
+      act(api("POST", "/v1/account/session", { email: signin.email.value, password: signin.password.value }), function () {
+        location.href = "/console/agents";
+      });
+    });
+  }
+  var signout = document.getElementById("signout");
+  if (signout) {
+    signout.addEventListener("click", function () {
+      act(api("DELETE", "/v1/account/session"), function () { location.href = "/console/signin"; });
+    });
+  }
+
+  function showKey(agent, key) {
+    busy = true;
+    document.getElementById("new-key-agent").textContent = agent;
+    document.getElementById("new-key-value").textContent = key;
+    document.getElementById("new-key").hidden = false;
+  }
+  var done = document.getElementById("new-key-done");
+  if (done) done.addEventListener("click", function () { location.reload(); });
+
+  var create = document.getElementById("create-agent");
+  if (create) {
+    create.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var body = { agent_id: create.agent_id.value, kind: create.kind.value };
+      if (create.name.value) body.name = create.name.value;
+      act(api("POST", "/v1/account/agents", body), function (d) { showKey(d.agent_id, d.api_key); });
+    });
+  }
+  on("button.rotate", "click", function (e) {
+    var a = e.target.dataset.agent;
+    act(api("POST", "/v1/account/agents/" + enc(a) + "/keys", {}), function (d) { showKey(a, d.api_key); });
+  });
+  on("button.revoke", "click", function (e) {
+    var d = e.target.dataset;
+    act(api("DELETE", "/v1/account/agents/" + enc(d.agent) + "/keys/" + enc(d.key)));
+  });
+  on("button.drain", "click", function (e) {
+    act(api("POST", "/v1/account/agents/" + enc(e.target.dataset.agent) + "/drain"));
+  });
+  function policy(agent) {
+    var sel = document.querySelector('select.policy[data-agent="' + agent + '"]');
+    var box = document.querySelector('input.same-auto[data-agent="' + agent + '"]');
+    act(api("PUT", "/v1/account/agents/" + enc(agent) + "/policy", { friend_policy: sel.value, same_account_auto: box.checked }));
+  }
+  on("select.policy", "change", function (e) { policy(e.target.dataset.agent); });
+  on("input.same-auto", "change", function (e) { policy(e.target.dataset.agent); });
+  on("button.decide", "click", function (e) {
+    var d = e.target.dataset;
+    act(api("POST", "/v1/account/friend-requests/" + enc(d.request), { decision: d.decision }));
+  });
+  var redrive = document.getElementById("redrive");
+  if (redrive) {
+    redrive.addEventListener("click", function () {
+      act(api("POST", "/v1/account/outbox/redrive", {}), function (d) {
+        flash("Requeued " + d.requeued + " events.");
+        setTimeout(function () { location.reload(); }, 800);
+      });
+    });
+  }
+  on("button.redrive-one", "click", function (e) {
+    act(api("POST", "/v1/account/outbox/redrive", { recipient: e.target.dataset.recipient }));
+  });
+
+  // The chart's bars: widths from data attributes (the CSP allows no inline style).
+  Array.prototype.forEach.call(document.querySelectorAll(".chart .fill"), function (el) {
+    el.style.width = Math.max(2, Number(el.dataset.pct || 0)) + "%";
+  });
+
+  // Refresh by itself, unless something is being typed, written or shown.
+  if (document.body.dataset.refresh === "on") {
+    setInterval(function () {
+      var a = document.activeElement;
+      var typing = a && (a.tagName === "INPUT" || a.tagName === "SELECT" || a.tagName === "TEXTAREA");
+      if (!busy && !typing && !document.hidden) location.reload();
+    }, 5000);
+  }
+})();

@@ -1,0 +1,90 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+func TestConsolePagesKeepToTheSignedInAccount(t *testing.T) {
+	db, _ := mysqltest.New(t)
+	ctx := context.Background()
+	id := &identity.Service{DB: db, Clock: time.Now, TokenTTL: time.Hour}
+	s := accounts.New(id, &tasks.Service{DB: db})
+	c := New(s, nil)
+	signIn := func(email string, operator bool) string {
+		if _, err := s.CreateAccount(ctx, accounts.NewAccountInput{Email: email, Password: "correct horse battery", Operator: operator}); err != nil {
+			t.Fatal(err)
+		}
+		_, token, err := s.SignIn(ctx, email, "correct horse battery")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token
+	}
+	owner, other := signIn("owner@example.org", false), signIn("other@example.org", false)
+	ownerAcc, err := s.Authenticate(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateAgent(ctx, ownerAcc.Account, "owned-agent-7", "", identity.KindNormal); err != nil {
+		t.Fatal(err)
+	}
+	page := func(token, path string) events.APIGatewayV2HTTPResponse {
+		ev := events.APIGatewayV2HTTPRequest{RawPath: "/console/" + path, Headers: map[string]string{"host": "127.0.0.1:8080"}}
+		ev.RequestContext.HTTP.Method = http.MethodGet
+		if path != "" {
+			ev.PathParameters = map[string]string{"proxy": path}
+		} else {
+			ev.RawPath = "/console"
+		}
+		if token != "" {
+			ev.Cookies = []string{accounts.CookieName + "=" + token}
+		}
+		resp, _ := c.Handler()(ctx, ev)
+		return resp
+	}
+	for _, tc := range []struct {
+		what, token, path string
+		status            int
+		has, lacks        string
+	}{
+		{"a signed-out visitor is sent to sign in", "", "agents", http.StatusSeeOther, "", ""},
+		{"a forged session is sent to sign in", "forged", "", http.StatusSeeOther, "", ""},
+		{"the owner sees its agent", owner, "agents", http.StatusOK, "owned-agent-7", ""},
+		{"another account does not see it", other, "agents", http.StatusOK, "No agents yet", "owned-agent-7"},
+		{"another account cannot open its tasks", other, "agents/owned-agent-7/tasks", http.StatusNotFound, "", "owned-agent-7/tasks/"},
+		{"another account cannot open a timeline of it", other, "agents/owned-agent-7/tasks/t1", http.StatusNotFound, "", ""},
+		{"an account that is not the operator's cannot see the outbox", owner, "outbox", http.StatusForbidden, "operator", ""},
+		{"a page that does not exist is a 404", owner, "nope", http.StatusNotFound, "", ""},
+		{"an asset is served with its type", "", "assets/console.js", http.StatusOK, "X-CSRF-Token", ""},
+		{"a template is not an asset", "", "assets/agents.html", http.StatusNotFound, "", ""},
+		{"no path escapes the assets", "", "assets/../console.go", http.StatusNotFound, "", "package console"},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			r := page(tc.token, tc.path)
+			if r.StatusCode != tc.status || !strings.Contains(r.Body, tc.has) || tc.lacks != "" && strings.Contains(r.Body, tc.lacks) {
+				t.Fatalf("%d %v\n%.600s", r.StatusCode, r.Headers, r.Body)
+			}
+			if r.StatusCode == http.StatusSeeOther && r.Headers["Location"] != "/console/signin" {
+				t.Fatalf("redirect to %q", r.Headers["Location"])
+			}
+		})
+	}
+	t.Run("pages carry the session's CSRF token and forbid framing", func(t *testing.T) {
+		r := page(owner, "agents")
+		sess, _ := s.Authenticate(ctx, owner)
+		if !strings.Contains(r.Body, `content="`+sess.CSRF+`"`) || !strings.Contains(r.Headers["Content-Security-Policy"], "frame-ancestors 'none'") {
+			t.Fatalf("%v", r.Headers)
+		}
+	})
+}
