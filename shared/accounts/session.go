@@ -101,11 +101,44 @@ func (s *Service) SignIn(ctx context.Context, email, password string) (SignedIn,
 		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO rate_limits (agent_id, tat_us) VALUES (?, 0)", rateBucket(id)); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, "INSERT INTO account_sessions (token_hash, account_id, csrf_token, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-			tokenHash(token), id, csrf, now, out.ExpiresAt)
-		return err
+		if _, err := tx.ExecContext(ctx, "INSERT INTO account_sessions (token_hash, account_id, csrf_token, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+			tokenHash(token), id, csrf, now, out.ExpiresAt); err != nil {
+			return err
+		}
+		return dropOldSessions(ctx, tx, id)
 	})
 	return out, token, err
+}
+
+// MaxSessions bounds an account's live sessions: signing in once more ends
+// the oldest, so repeated sign-ins cannot grow the table without end.
+const MaxSessions = 20
+
+// dropOldSessions ends acc's sessions beyond the newest MaxSessions.
+func dropOldSessions(ctx context.Context, tx *sql.Tx, accountID string) error {
+	rows, err := tx.QueryContext(ctx, "SELECT token_hash FROM account_sessions WHERE account_id = ? ORDER BY expires_at DESC, token_hash LIMIT 100 OFFSET ?", accountID, MaxSessions)
+	if err != nil {
+		return err
+	}
+	var old [][]byte
+	for rows.Next() {
+		var h []byte
+		if err := rows.Scan(&h); err != nil {
+			rows.Close()
+			return err
+		}
+		old = append(old, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, h := range old {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM account_sessions WHERE token_hash = ?", h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SignOut ends the session of token (a no-op for an unknown one).

@@ -1,6 +1,7 @@
 package accounts
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -91,4 +92,22 @@ func TestSessionsEndAtExpiryAndAtSignOut(t *testing.T) {
 			t.Fatalf("after sign-out: %d %s", r.status, r.body)
 		}
 	})
+}
+
+func TestAnAccountKeepsAtMostMaxSessions(t *testing.T) {
+	f := newFixture(t)
+	first := f.account("ada@example.org", false)
+	for i := 0; i < MaxSessions; i++ {
+		f.clock.Advance(time.Second)
+		if _, _, err := f.s.SignIn(context.Background(), "ada@example.org", "correct horse battery"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := f.s.DB.QueryRow("SELECT COUNT(*) FROM account_sessions WHERE account_id = ?", first.AccountID).Scan(&n); err != nil || n != MaxSessions {
+		t.Fatalf("%d sessions (%v), want %d", n, err, MaxSessions)
+	}
+	if r := f.call(req{fn: "AccountListAgentsFunction", method: http.MethodGet, cookie: first.token}); r.status != http.StatusUnauthorized {
+		t.Fatalf("the oldest session still works: %d %s", r.status, r.body)
+	}
 }
