@@ -257,6 +257,24 @@ func TestAnUnreachableAPIIsNamedWithin2s(t *testing.T) {
 	}
 }
 
+func TestRunNamesAnUnreachableAPIAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w := &firstWrite{start: time.Now()}
+	cli(ctx, []string{"run", "--", "cat"}, env(map[string]string{"MESH_API_URL": url, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": t.TempDir()}), strings.NewReader(""), &bytes.Buffer{}, w)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !strings.Contains(w.buf.String(), "check MESH_API_URL") || !strings.Contains(w.buf.String(), url) {
+		t.Errorf("meshd run said nothing naming MESH_API_URL within 2 s:\n%s", w.buf.String())
+	}
+}
+
 func TestEveryCommandHasHelpWithItsFlagsAndExamples(t *testing.T) {
 	for _, c := range commands() {
 		t.Run(c.name+" --help", func(t *testing.T) {
