@@ -189,7 +189,7 @@ exec meshd tasks status completed "done"
 	})
 	var texts []string
 	for _, m := range task.Messages {
-		texts = append(texts, m.From+": "+partsText(m.Parts))
+		texts = append(texts, m.From+": "+meshclient.PartsText(m.Parts))
 	}
 	if got := strings.Join(texts, " | "); !strings.Contains(got, "bob: hello alice, I got it") || !strings.Contains(got, "bob: done") {
 		t.Errorf("messages %q; meshd stderr:\n%s", got, p.stderr.String())

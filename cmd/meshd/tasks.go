@@ -102,7 +102,7 @@ func setupTasksShow(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string
 			}
 			t := newTable(e.stdout, "WHEN", "FROM", "TEXT")
 			for _, m := range d.Messages {
-				t.row(m.CreatedAt, m.From, truncate(partsText(m.Parts), 100))
+				t.row(m.CreatedAt, m.From, truncate(meshclient.PartsText(m.Parts), 100))
 			}
 			if err := t.flush(); err != nil {
 				return err
@@ -118,19 +118,6 @@ func setupTasksShow(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string
 			return nil
 		})
 	}
-}
-
-// partsText is the text parts joined, with a marker for the others.
-func partsText(parts []mesh.Part) string {
-	var s []string
-	for _, p := range parts {
-		if p.Kind == "text" {
-			s = append(s, p.Text)
-		} else {
-			s = append(s, "["+p.Kind+"]")
-		}
-	}
-	return strings.Join(s, " ")
 }
 
 func setupTasksStatus(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) error {

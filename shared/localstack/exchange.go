@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -210,13 +209,5 @@ func messageText(body json.RawMessage) string {
 	if err := json.Unmarshal(b.Message.Parts, &parts); err != nil {
 		return "(unreadable parts)"
 	}
-	var texts []string
-	for _, p := range parts {
-		if p.Kind == "text" {
-			texts = append(texts, p.Text)
-		} else {
-			texts = append(texts, "["+p.Kind+" part]")
-		}
-	}
-	return strings.Join(texts, " ")
+	return meshclient.PartsText(parts)
 }

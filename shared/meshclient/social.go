@@ -247,3 +247,17 @@ func eventBody(env mesh.Envelope) (parts []mesh.Part, taskStatus string) {
 	}
 	return parts, b.Task.Status
 }
+
+// PartsText is a one-line rendering of parts for people: the text parts
+// joined by spaces, the others as [kind part].
+func PartsText(parts []mesh.Part) string {
+	texts := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p.Kind == "text" {
+			texts = append(texts, p.Text)
+		} else {
+			texts = append(texts, "["+p.Kind+" part]")
+		}
+	}
+	return strings.Join(texts, " ")
+}
