@@ -319,14 +319,8 @@ func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 			func(fn string) bool { return strings.HasPrefix(fn, "Admin") }},
 		{"only the token function and the dispatcher can read the inbox master key", "InboxMasterKeySecretArn",
 			func(fn string) bool { return fn == "AuthTokenFunction" || fn == "DispatcherFunction" }},
-		{"no scheduled, deploy-time, admin or public function can read the JWT keys", "JwtKeysSecretArn",
-			func(fn string) bool {
-				switch fn {
-				case "HealthFunction", "MigrateFunction", "DispatcherFunction", "PresenceScannerFunction", "TaskScannerFunction", "OutboxJanitorFunction":
-					return false
-				}
-				return !strings.HasPrefix(fn, "Admin")
-			}},
+		{"only the token function can read the JWT signing keys", "JwtKeysSecretArn",
+			func(fn string) bool { return fn == "AuthTokenFunction" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,6 +341,37 @@ func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 			}
 		}
 	})
+	t.Run("every route that verifies agent tokens gets the token function's public keys", func(t *testing.T) {
+		pk := tpl.ofType("Custom::JwtPublicKeys")
+		if len(pk) != 1 {
+			t.Fatalf("%d Custom::JwtPublicKeys resources, want 1", len(pk))
+		}
+		token, _ := tpl.props(pk[0])["ServiceToken"].(map[string]any)
+		if fmt.Sprint(token["Fn::GetAtt"]) != "AuthTokenFunction.Arn" {
+			t.Errorf("%s is answered by %v, want the token function (the only holder of the signing keys)", pk[0], token)
+		}
+		want := fmt.Sprint(map[string]any{"Fn::GetAtt": pk[0] + ".Keys"})
+		n := 0
+		for _, fn := range fns {
+			isRoute := strings.Contains(fmt.Sprint(tpl.props(fn)["Events"]), "Type:HttpApi")
+			// Account routes and the console authenticate a session cookie.
+			agentAuth := isRoute && fn != "HealthFunction" && fn != "AuthTokenFunction" && !strings.HasPrefix(fn, "Admin") &&
+				!strings.HasPrefix(fn, "Account") && fn != "ConsoleFunction"
+			got := envVars(tpl.props(fn))["MESH_JWT_PUBLIC_KEYS"]
+			switch {
+			case agentAuth && fmt.Sprint(got) != want:
+				t.Errorf("%s verifies agent tokens but its MESH_JWT_PUBLIC_KEYS is %v, want %s", fn, got, want)
+			case !agentAuth && got != nil:
+				t.Errorf("%s verifies no agent token but is given MESH_JWT_PUBLIC_KEYS", fn)
+			case agentAuth:
+				n++
+			}
+		}
+		if n < 20 {
+			t.Errorf("only %d functions verify agent tokens: the template was not read", n)
+		}
+	})
+
 	t.Run("every function can read the database secret", func(t *testing.T) {
 		if len(readers["DBSecretArn"]) != len(fns) {
 			t.Errorf("%d of %d functions can read the database secret", len(readers["DBSecretArn"]), len(fns))
