@@ -11,7 +11,9 @@
 // The code is split by responsibility: run.go (lifecycle), presence.go
 // (heartbeats and goodbye), kafka.go (mode choice, consumer, switching
 // back), inbox.go (poll mode and catch-up), deliver.go (handler runs,
-// retry, park), deadletter.go (the parked events' files and retry).
+// retry, park), deadletter.go (the parked events' files and retry),
+// control.go (what a supervisor sees and does: the mode hook, what a stop
+// waits for, the interrupt that kills a handler, a recreated topic).
 package meshd
 
 import (
