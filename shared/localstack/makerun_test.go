@@ -144,6 +144,13 @@ func TestTwoMakeRunsKeepTheDemoKeysAndAMeshdKeepsDelivering(t *testing.T) {
 			t.Errorf("the output does not say the keys were kept:\n%s", out2.String())
 		}
 	})
+	t.Run("the terminal shows progress lines only: structured log lines stay in the log file", func(t *testing.T) {
+		for _, line := range strings.Split(out1.String()+out2.String(), "\n") {
+			if l := strings.TrimSpace(line); strings.HasPrefix(l, "{") || strings.HasPrefix(l, "time=") {
+				t.Errorf("a log line on the terminal: %s", line)
+			}
+		}
+	})
 	t.Run("the meshd started against the first run receives the second run's messages from Kafka", func(t *testing.T) {
 		alice := meshclient.New(base, aliceKey)
 		if _, err := alice.Send(context.Background(), meshclient.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: "text", Text: "after the restart"}}}); err != nil {
