@@ -590,7 +590,8 @@ func setupInstall(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) 
 }
 
 // systemdUnit runs meshd run in the foreground; SIGTERM on stop lets the
-// handler finish (TimeoutStopSec covers the default handler timeout).
+// handler finish (TimeoutStopSec covers the default handler timeout), and
+// exit 65 (a refused key) is not restarted in a loop.
 func systemdUnit(bin, cfg string) string {
 	return fmt.Sprintf(`[Unit]
 Description=Agent Mesh daemon (meshd)
@@ -601,6 +602,8 @@ Wants=network-online.target
 ExecStart=%s run --config %s
 Restart=on-failure
 RestartSec=5
+# 65: what restarting cannot fix (a refused API key, a bad setting).
+RestartPreventExitStatus=65
 KillMode=mixed
 KillSignal=SIGTERM
 TimeoutStopSec=31min

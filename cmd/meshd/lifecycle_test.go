@@ -149,6 +149,9 @@ func TestInstallWritesAUnitThatRunsMeshdRunWithTheConfig(t *testing.T) {
 				t.Fatalf("install: %d %s", code, stderr.String())
 			}
 			b, err := os.ReadFile(c.path)
+			if c.goos == "linux" && !strings.Contains(string(b), "RestartPreventExitStatus=65\n") {
+				t.Errorf("the unit restarts a refused key in a loop:\n%s", b)
+			}
 			if err != nil || !strings.Contains(string(b), c.want) {
 				t.Errorf("%s: %v\n%s\nwant %q", c.path, err, b, c.want)
 			}

@@ -145,6 +145,8 @@ func TestCLI(t *testing.T) {
 			wantCode: 1, wantStderr: []string{"reply needs --task ID (or MESH_TASK_ID"}},
 		{name: "a wrong key exits 65 with a hint naming MESH_API_KEY", args: []string{"whoami"}, env: with(map[string]string{"MESH_API_KEY": "amk_wrong"}),
 			wantCode: 65, wantStderr: []string{"invalid_api_key", "check MESH_API_KEY"}},
+		{name: "run with a wrong key exits 65 with a hint naming MESH_API_KEY", args: []string{"run", "--", "cat"}, env: with(map[string]string{"MESH_API_KEY": "amk_wrong", "MESH_STATE_DIR": t.TempDir()}),
+			wantCode: 65, wantStderr: []string{"check MESH_API_KEY"}},
 		{name: "an unknown flag is a usage error pointing at --help", args: []string{"send", "--frobnicate"}, env: base,
 			wantCode: 2, wantStderr: []string{"unknown flag: --frobnicate", "see meshd send --help"}},
 	}
