@@ -260,7 +260,7 @@ func TestAnUnreachableAPIIsNamedWithin2s(t *testing.T) {
 	}
 }
 
-func TestRunNamesAnUnreachableAPIAtOnce(t *testing.T) {
+func TestRunNamesAnUnreachableAPIAtOnceAndStopsPromptly(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +271,11 @@ func TestRunNamesAnUnreachableAPIAtOnce(t *testing.T) {
 	defer cancel()
 	w := &firstWrite{start: time.Now()}
 	cli(ctx, []string{"run", "--", "cat"}, env(map[string]string{"MESH_API_URL": url, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": t.TempDir()}), strings.NewReader(""), &bytes.Buffer{}, w)
+	// The stop (at 2 s) ends it within the token call's 2 s grace, not
+	// after the call's whole 15 s of retries.
+	if took := time.Since(w.start); took > 6*time.Second {
+		t.Errorf("meshd run took %s to stop while the API was unreachable", took.Round(time.Second))
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !strings.Contains(w.buf.String(), "check MESH_API_URL") || !strings.Contains(w.buf.String(), url) {

@@ -342,15 +342,32 @@ func (r *runner) deliverLoop(ctx context.Context, tok meshclient.Token) error {
 // while it is in flight (the exchange finishes so the goodbye can follow).
 const tokenCallTimeout = 15 * time.Second
 
+// tokenStopGrace is how long a token exchange in flight may still run after
+// a stop: long enough for an API that answers, short enough that Ctrl-C
+// against an unreachable one ends meshd promptly.
+const tokenStopGrace = 2 * time.Second
+
 // initialToken gets the first token, waiting out an unreachable API but
 // failing at once on a rejected key. A zero Token with a nil error means
 // ctx ended before any token was had.
 func (r *runner) initialToken(ctx context.Context) (meshclient.Token, error) {
 	for attempt := 1; ; attempt++ {
-		// The call in flight is not cut by a stop: a token it brings back
-		// means the agent may have to be told goodbye.
+		// The call in flight is not cut by a stop at once: a token it brings
+		// back means the agent may have to be told goodbye. But an API that
+		// does not answer keeps a stopped meshd no longer than
+		// tokenStopGrace (not the whole tokenCallTimeout of retries).
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenCallTimeout)
+		release := context.AfterFunc(ctx, func() {
+			t := time.NewTimer(tokenStopGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel()
+			case <-cctx.Done():
+			}
+		})
 		tok, err := r.cfg.API.Token(cctx)
+		release()
 		cancel()
 		if err == nil {
 			if !mesh.ValidAgentID(tok.AgentID) {
