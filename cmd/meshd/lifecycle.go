@@ -347,6 +347,12 @@ func (e *cliEnv) localDaemon(flagAgent string) (dir, agent string, err error) {
 		return "", "", err
 	}
 	if agent == "" {
+		// A daemon that has handled nothing yet has run info but no state.
+		if runs, _ := filepath.Glob(filepath.Join(dir, "*.run.json")); len(runs) == 1 {
+			agent = strings.TrimSuffix(filepath.Base(runs[0]), ".run.json")
+		}
+	}
+	if agent == "" {
 		return dir, "", fmt.Errorf("no meshd state in %s (MESH_STATE_DIR)", dir)
 	}
 	return dir, agent, nil

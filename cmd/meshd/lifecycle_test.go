@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 // runBin runs the meshd binary to completion (bounded) with env added.
@@ -373,5 +374,43 @@ func TestASecondInstanceAndAFreshStateDir(t *testing.T) {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 			p.wait(t, 20*time.Second)
 		})
+	}
+}
+
+func TestStopNowKillsTheRunningHandler(t *testing.T) {
+	st, keys := kafkaMesh(t)
+	dir := t.TempDir()
+	started := filepath.Join(t.TempDir(), "started")
+	env := map[string]string{"MESH_API_URL": st.URL, "MESH_API_KEY": keys["bob"], "MESH_STATE_DIR": dir, "HOME": t.TempDir(),
+		"MESH_HANDLER": "touch " + started + "; sleep 120", "MESH_MODE": "kafka"}
+	if code, out, errOut := runBin(t, env, "start"); code != 0 {
+		t.Fatalf("start: exit %d\n%s%s", code, out, errOut)
+	}
+	ri, _ := readRunInfo(dir, "bob")
+	t.Cleanup(func() {
+		_ = syscall.Kill(ri.PID, syscall.SIGKILL)
+		// A failed run must not leave the handler behind: its shell (its
+		// command line names this test's file) leads its process group.
+		out, _ := exec.Command("pgrep", "-f", started).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+		}
+	})
+	if _, err := meshclient.New(st.URL, keys["alice"]).Send(context.Background(), meshclient.SendRequest{To: "bob", Parts: textPart("take your time")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the handler runs", func() bool { _, err := os.Stat(started); return err == nil })
+	began := time.Now()
+	code, out, errOut := runBin(t, env, "stop", "--now", "--timeout", "15s")
+	if code != 0 || time.Since(began) > 10*time.Second || pidAlive(ri.PID) {
+		t.Fatalf("stop --now: exit %d after %s, alive %v\n%s%s", code, time.Since(began).Round(time.Millisecond), pidAlive(ri.PID), out, errOut)
+	}
+	if out, _ := exec.Command("pgrep", "-f", started).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("the handler's sleep survived: pids %s", out)
+	}
+	if st, err := meshd.LoadState(dir, "bob"); err != nil || st.LastSeq != 0 {
+		t.Errorf("state %+v %v: the interrupted event must come again at the next start", st, err)
 	}
 }
