@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -46,6 +47,10 @@ func TestWritesRefuseAmbiguousOrMislabelledBodies(t *testing.T) {
 			`{"name":"report\u202egnp.exe","parts":[{"kind":"text","text":"x"}]}`, nil, 400, "invalid_name"},
 		{"an artifact with a printable Unicode name is stored", req{fn: "AddArtifactFunction", caller: "bob", method: "POST", path: "/v1/tasks/x/artifacts", params: taskParams},
 			`{"name":"Bericht – März ☃.txt","parts":[{"kind":"text","text":"x"}]}`, nil, 201, ""},
+		{"an artifact name of 200 multi-byte characters is stored", req{fn: "AddArtifactFunction", caller: "bob", method: "POST", path: "/v1/tasks/x/artifacts", params: taskParams},
+			`{"name":"` + strings.Repeat("ä", 200) + `","parts":[{"kind":"text","text":"x"}]}`, nil, 201, ""},
+		{"an artifact name of 201 characters is refused", req{fn: "AddArtifactFunction", caller: "bob", method: "POST", path: "/v1/tasks/x/artifacts", params: taskParams},
+			`{"name":"` + strings.Repeat("a", 201) + `","parts":[{"kind":"text","text":"x"}]}`, nil, 400, "invalid_name"},
 		{"a send as application/json; charset=utf-8 is taken", send, `{"to":"bob","parts":[{"kind":"text","text":"x"}]}`, map[string]string{"content-type": "application/json; charset=utf-8"}, 202, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

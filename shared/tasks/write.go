@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
@@ -465,8 +466,10 @@ func (s *Service) AddArtifact(ctx context.Context, caller, taskID string, req Ar
 	if !idPattern.MatchString(taskID) {
 		return httpapi.Response{}, errTaskNotFound
 	}
-	if req.Name == "" || len(req.Name) > 200 {
-		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact needs a name of 1-200 bytes")
+	// Characters, as the column (VARCHAR(200)), the spec and agent and
+	// group names count them.
+	if req.Name == "" || utf8.RuneCountInString(req.Name) > 200 {
+		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact needs a name of 1-200 characters")
 	}
 	if !mesh.PrintableName(req.Name) {
 		// Names are shown to the other party as they are, like agent and
