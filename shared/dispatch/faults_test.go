@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,14 +15,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/seal"
+	"github.com/agentmesh/agentmesh/shared/tasks"
 	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
@@ -321,8 +328,16 @@ func TestARunKeepsDeliveringAcrossADatabaseOutage(t *testing.T) {
 	if !waitUntil(5*time.Second, sent(1)) {
 		t.Fatal("seq 1 was not delivered before the outage")
 	}
+	send := apiSender(t, db, f.sealer, "writer", "bob")
 	priv.must("down")
-	time.Sleep(10 * time.Second) // the outage itself
+	down := time.Now()
+	// A write during the outage is told to come back later: 503 with
+	// Retry-After, not a 500 that reads as a bug.
+	resp := send(ctx)
+	if resp.StatusCode != 503 || resp.Headers["Retry-After"] == "" || !strings.Contains(resp.Body, `"code":"unavailable"`) {
+		t.Fatalf("a send during the outage answered %d %v %s, want 503 unavailable with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	time.Sleep(10*time.Second - time.Since(down)) // the outage itself
 	priv.must("up")
 	back := time.Now()
 	f.send(t, "x", "bob", 1)
@@ -570,4 +585,36 @@ func longest(ds []time.Duration) time.Duration {
 		m = max(m, d)
 	}
 	return m.Round(time.Millisecond)
+}
+
+// apiSender gives "from" an API key and a friendship with "to" on db, and
+// returns a POST /v1/messages from it through the same middleware and
+// handler as the Lambda function.
+func apiSender(t *testing.T, db *mysql.DB, sealer *seal.Sealer, from, to string) func(context.Context) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	ctx := context.Background()
+	ids := &identity.Service{DB: db, Clock: time.Now, TokenTTL: time.Hour, Sealer: sealer,
+		JWTKeys: []config.JWTKey{{ID: "k1", Secret: []byte("dispatch-test-jwt-secret-0123456789")}}}
+	_, key, err := ids.CreateAgent(ctx, from, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ids.AdminCreateFriendship(ctx, from, to); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ids.IssueToken(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httpapi.Lambda(ids, slog.New(slog.NewTextHandler(io.Discard, nil)), tasks.Endpoints(&tasks.Service{DB: db}).Must("SendMessageFunction"))
+	return func(ctx context.Context) events.APIGatewayV2HTTPResponse {
+		resp, _ := h(ctx, events.APIGatewayV2HTTPRequest{
+			RouteKey: "POST /v1/messages", RawPath: "/v1/messages",
+			Headers: map[string]string{"authorization": "Bearer " + tok.Token, "content-type": "application/json"},
+			Body:    `{"to":"` + to + `","parts":[{"kind":"text","text":"during the outage"}]}`,
+			RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "outage-write",
+				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/v1/messages", SourceIP: "192.0.2.1"}},
+		})
+		return resp
+	}
 }
