@@ -618,3 +618,19 @@ func apiSender(t *testing.T, db *mysql.DB, sealer *seal.Sealer, from, to string)
 		return resp
 	}
 }
+
+// DispatcherNotRunningAlarm fires on a minute without an OutboxSent
+// datapoint: every run, even one with nothing to send, must emit it.
+func TestEveryRunReportsOutboxSentEvenWhenIdle(t *testing.T) {
+	f := newDispFixture(t, 1)
+	var out testenv.Buffer
+	d := f.dispatcher(nil, &metrics.Sink{W: &out})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Run(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"OutboxSent":0`) || metricSum(t, out.String(), "OutboxSent") != 0 {
+		t.Fatalf("an idle run emitted no OutboxSent datapoint of 0; metrics:\n%s", out.String())
+	}
+}
