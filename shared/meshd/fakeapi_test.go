@@ -36,7 +36,9 @@ type fakeAPI struct {
 	beats    []string // instance ids, in order
 	offline  int
 	lastBeat time.Time
-	offAt    time.Time
+	// lastStats are the stats of the latest heartbeat.
+	lastStats map[string]any
+	offAt     time.Time
 	// statuses are the POST /v1/tasks/{id}/status calls, in order.
 	statuses []statusCall
 	// terminal tasks answer a status move with 409 task_terminal.
@@ -179,11 +181,13 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "POST /v1/agents/me/heartbeat":
 		var req struct {
-			InstanceID string `json:"instance_id"`
+			InstanceID string         `json:"instance_id"`
+			Stats      map[string]any `json:"stats"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		f.mu.Lock()
 		f.beats = append(f.beats, req.InstanceID)
+		f.lastStats = req.Stats
 		f.lastBeat = time.Now()
 		last, epoch := int64(len(f.events)), f.epoch
 		f.mu.Unlock()

@@ -54,8 +54,21 @@ func TestAFailingEventIsParkedAndDeliveryMovesOn(t *testing.T) {
 				}
 				return nil
 			}
-			r := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll; c.HandlerAttempts = 3 })
+			r := f.start(h, func(c *meshd.Config) {
+				c.Mode, c.HandlerAttempts, c.HeartbeatEvery = meshd.ModePoll, 3, 50*time.Millisecond
+			})
 			h.waitFor(t, 3, 10*time.Second)
+			// The owner's console shows parked events from the heartbeats.
+			parked := func() bool {
+				f.api.mu.Lock()
+				defer f.api.mu.Unlock()
+				return f.api.lastStats["parked"] == 1.0
+			}
+			for deadline := time.Now().Add(5 * time.Second); !parked(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no heartbeat reported the parked event; last stats %v", f.api.lastStats)
+				}
+			}
 			if err := r.stop(t); err != nil {
 				t.Fatal(err)
 			}

@@ -54,7 +54,7 @@ func (r *runner) heartbeats(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		stats := map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode()}
+		stats := map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode(), "parked": r.parkedCount()}
 		res, err := r.heartbeat(ctx, stats)
 		if err != nil {
 			r.log.Warn("heartbeat failed", "err", err)
@@ -89,4 +89,14 @@ func (r *runner) goodbye(ctx context.Context) {
 	if _, err := r.cfg.API.GoOffline(gctx, r.cfg.InstanceID); err != nil {
 		r.log.Warn("could not mark the agent offline", "err", err)
 	}
+}
+
+// parkedCount is the number of parked events, reported in heartbeats so the
+// owner's console can show them; -1 when the list cannot be read.
+func (r *runner) parkedCount() int {
+	seqs, err := deadLetterSeqs(DeadLetterDir(r.cfg.StateDir, r.agentID))
+	if err != nil {
+		return -1
+	}
+	return len(seqs)
 }
