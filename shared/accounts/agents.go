@@ -157,12 +157,8 @@ func (s *Service) Drain(ctx context.Context, acc Account, agentID string) (strin
 	if err := s.ownAgent(ctx, acc, agentID); err != nil {
 		return "", err
 	}
-	ctx = actAs(ctx, acc)
-	status, err := s.Identity.GoOffline(ctx, agentID, "")
-	if err != nil {
-		return "", err
-	}
-	return status, identity.Audit(ctx, s.DB, identity.Actor{}, s.now(), identity.AuditAgentDrained, agentID, "", "status "+status)
+	// GoOffline audits the drain in its own transaction, as the account.
+	return s.Identity.GoOffline(actAs(ctx, acc), agentID, "")
 }
 
 // PolicyInput is the body of the policy route.

@@ -2,6 +2,7 @@ package accounts
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -130,6 +131,16 @@ func TestEveryChangeToTheGraphKeysAndPoliciesIsAudited(t *testing.T) {
 		{"adding a group member", identity.AuditGroupMemberAdded, identity.ActorAgent, func() error { return nil }},
 		{"removing a group member", identity.AuditGroupMemberRemoved, identity.ActorAgent, func() error { return nil }},
 		{"unfriending", identity.AuditFriendshipRemoved, identity.ActorAgent, func() error { return id.RemoveFriend(ctx, "peer", "ada-bot") }},
+		{"draining an agent", identity.AuditAgentDrained, identity.ActorAccount, func() error {
+			if _, err := id.Heartbeat(ctx, "ada-bot", "host-1", nil); err != nil {
+				return err
+			}
+			status, err := f.s.Drain(ctx, ada.Account, "ada-bot")
+			if err == nil && status != "draining" {
+				err = fmt.Errorf("status %q after the drain", status)
+			}
+			return err
+		}},
 		{"changing a policy", identity.AuditPolicyChanged, identity.ActorAccount, func() error {
 			_, err := f.s.SetPolicy(ctx, ada.Account, "ada-bot", PolicyInput{FriendPolicy: identity.PolicyAccount})
 			return err

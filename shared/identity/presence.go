@@ -117,8 +117,15 @@ func (s *Service) GoOffline(ctx context.Context, agentID, instanceID string) (st
 			return nil
 		}
 		status = mesh.PresenceDraining
-		_, err := tx.ExecContext(ctx, "UPDATE agents SET status = 'draining' WHERE agent_id = ?", agentID)
-		return err
+		if _, err := tx.ExecContext(ctx, "UPDATE agents SET status = 'draining' WHERE agent_id = ?", agentID); err != nil {
+			return err
+		}
+		// A drain by a person (an account) is audited with the change; the
+		// agent's own goodbye at every meshd stop is not.
+		if a := actorOr(ctx, Actor{}); a.Kind != "" {
+			return Audit(ctx, tx, a, now, AuditAgentDrained, agentID, "", "status draining")
+		}
+		return nil
 	})
 	return status, err
 }
