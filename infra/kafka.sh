@@ -141,7 +141,12 @@ cmd_up() {
     local cluster_id
     # A cluster id is 16 random bytes, base64url without padding (22 chars),
     # which is what `kafka-storage random-uuid` prints, without a JVM start.
-    cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    # Like Kafka's Uuid.randomUuid, never one that starts with '-': the
+    # StorageTool would read it as an option (1 run in 64 failed so).
+    cluster_id="-"
+    while [[ $cluster_id == -* ]]; do
+      cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    done
     echo "kafka: formatting storage in $DATA_DIR (cluster id $cluster_id)"
     # Plain format (no --standalone): the quorum is the static controller.quorum.voters above.
     java "${JAVA_OPTS[@]}" -cp "$LIB_DIR/*" kafka.tools.StorageTool format \

@@ -54,14 +54,25 @@ func TestSealEvent(t *testing.T) {
 		}
 	})
 	t.Run("nothing but the version and the epoch is readable in the value", func(t *testing.T) {
-		for _, id := range []string{env.EventID, "bob", "alice", env.TaskID, env.ContextID, env.GroupID, env.MessageID, "hello", "42", "2026"} {
-			if bytes.Contains(value, []byte(id)) {
-				t.Errorf("value shows %q: %s", id, value)
-			}
-		}
 		var fields map[string]any
 		if err := json.Unmarshal(value, &fields); err != nil || len(fields) != 3 || fields["v"] != 2.0 || fields["key_epoch"] != 2.0 {
 			t.Fatalf("value fields %v (%v), want only v, key_epoch, sealed", fields, err)
+		}
+		sealed, _ := fields["sealed"].(string)
+		raw, err := base64.StdEncoding.DecodeString(sealed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The clear part must show nothing at all; the ciphertext is random,
+		// so only strings too long to occur in it by chance are looked for.
+		clear := bytes.Replace(value, []byte(sealed), nil, 1)
+		for _, id := range []string{env.EventID, "bob", "alice", env.TaskID, env.ContextID, env.GroupID, env.MessageID, "hello", "42", "2026"} {
+			if bytes.Contains(clear, []byte(id)) {
+				t.Errorf("the clear part of the value shows %q: %s", id, clear)
+			}
+			if len(id) >= 5 && (bytes.Contains(raw, []byte(id)) || strings.Contains(sealed, id)) {
+				t.Errorf("the sealed blob shows %q", id)
+			}
 		}
 	})
 	t.Run("sealed sizes are buckets: powers of two from 256 bytes", func(t *testing.T) {
