@@ -111,10 +111,6 @@ WHERE agent_id = ? AND blocked_id > ? ORDER BY blocked_id LIMIT ?`, caller, p.Af
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(list) > p.Limit {
-		list = list[:p.Limit]
-		next = list[len(list)-1].AgentID
-	}
+	list, next := cutPage(list, p.Limit, func(x Block) string { return x.AgentID })
 	return list, next, nil
 }

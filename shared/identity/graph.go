@@ -452,11 +452,7 @@ WHERE f.agent_id = ? AND f.friend_id > ? ORDER BY f.friend_id LIMIT ?`, agentID,
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(list) > p.Limit {
-		list = list[:p.Limit]
-		next = list[len(list)-1].AgentID
-	}
+	list, next := cutPage(list, p.Limit, func(x Friend) string { return x.AgentID })
 	return list, next, nil
 }
 

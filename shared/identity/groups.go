@@ -123,11 +123,7 @@ WHERE m.agent_id = ? AND m.group_id > ? ORDER BY m.group_id LIMIT ?`, agentID, p
 	if err := rows.Err(); err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(list) > p.Limit {
-		list = list[:p.Limit]
-		next = list[len(list)-1].GroupID
-	}
+	list, next := cutPage(list, p.Limit, func(x Group) string { return x.GroupID })
 	return list, next, nil
 }
 
@@ -177,10 +173,7 @@ WHERE m.group_id = ? AND m.agent_id > ? ORDER BY m.agent_id LIMIT ?`, groupID, p
 	if err := rows.Err(); err != nil {
 		return r, err
 	}
-	if len(r.Members) > p.Limit {
-		r.Members = r.Members[:p.Limit]
-		r.NextAfter = r.Members[len(r.Members)-1].AgentID
-	}
+	r.Members, r.NextAfter = cutPage(r.Members, p.Limit, func(m Member) string { return m.AgentID })
 	return r, nil
 }
 

@@ -54,3 +54,14 @@ func parsePage(after, limit string) (Page, error) {
 	}
 	return p, nil
 }
+
+// cutPage trims a list read with LIMIT Limit+1 to one page: when the extra
+// item came back, more follow, and the cursor is the id of the page's last
+// item.
+func cutPage[T any](list []T, limit int, id func(T) string) ([]T, string) {
+	if len(list) <= limit {
+		return list, ""
+	}
+	list = list[:limit]
+	return list, id(list[len(list)-1])
+}
