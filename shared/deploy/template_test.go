@@ -24,6 +24,7 @@ type cfnTemplate struct {
 	Parameters map[string]any
 	Resources  map[string]map[string]any
 	Outputs    map[string]any
+	Globals    map[string]any
 }
 
 func loadTemplate(t *testing.T, rel string) cfnTemplate {
@@ -43,6 +44,7 @@ func loadTemplate(t *testing.T, rel string) cfnTemplate {
 	tpl := cfnTemplate{Resources: map[string]map[string]any{}}
 	tpl.Parameters, _ = top["Parameters"].(map[string]any)
 	tpl.Outputs, _ = top["Outputs"].(map[string]any)
+	tpl.Globals, _ = top["Globals"].(map[string]any)
 	res, _ := top["Resources"].(map[string]any)
 	for id, r := range res {
 		m, ok := r.(map[string]any)
@@ -282,16 +284,7 @@ func policySecrets(t *testing.T, tpl cfnTemplate, fn string) map[string]bool {
 
 func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 	tpl := loadTemplate(t, "template.yaml")
-	raw, err := os.ReadFile(filepath.Join("..", "..", "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	top := plain(doc.Content[0]).(map[string]any)
-	globals, _ := top["Globals"].(map[string]any)
+	globals := tpl.Globals
 	globalFn, _ := globals["Function"].(map[string]any)
 
 	fns := tpl.ofType("AWS::Serverless::Function")
@@ -381,15 +374,7 @@ func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 
 func TestTheStackIsObservable(t *testing.T) {
 	tpl := loadTemplate(t, "template.yaml")
-	raw, err := os.ReadFile(filepath.Join("..", "..", "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	globals, _ := plain(doc.Content[0]).(map[string]any)["Globals"].(map[string]any)
+	globals := tpl.Globals
 	globalFn, _ := globals["Function"].(map[string]any)
 	alarms := tpl.ofType("AWS::CloudWatch::Alarm")
 
