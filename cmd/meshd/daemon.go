@@ -23,9 +23,24 @@ const handlerContract = `The handler runs once per event, in seq order, never tw
           {message|status|artifact, task}.
   env     MESH_EVENT_ID, MESH_SEQ, MESH_EVENT_TYPE, MESH_FROM, MESH_TASK_ID,
           MESH_CONTEXT_ID, MESH_GROUP_ID, MESH_MESSAGE_ID, MESH_TO,
-          MESH_OCCURRED_AT, plus meshd's own settings (MESH_CONFIG when a
-          config file is used), so meshd reply / meshd tasks status inside
-          the handler act on this event's task without --task.
+          MESH_OCCURRED_AT, MESH_HANDLER_SOCKET, MESH_HANDLER_TOKEN, and
+          meshd's environment WITHOUT its credentials: no MESH_API_KEY, no
+          MESH_CONFIG, no MESH_* variable named like a key, token, secret or
+          password. A handler (an LLM above all) can be talked into printing
+          its environment; nothing in it outlives the event.
+  replies meshd reply, meshd tasks status and meshd artifact add inside the
+          handler need no key: they call meshd over MESH_HANDLER_SOCKET (a
+          Unix socket, mode 0600, in MESH_STATE_DIR) with MESH_HANDLER_TOKEN,
+          a random capability minted for this run of the handler, and meshd
+          makes the call with its own key. The capability acts only on this
+          event's task (MESH_TASK_ID; another task is refused, exit 65) and
+          is refused once this run of the handler has ended (exit 65), also
+          for a process the handler left behind. Other meshd commands in a
+          handler need their own MESH_API_KEY. On Linux meshd makes itself
+          non-dumpable, so the handler cannot read the key from
+          /proc/<meshd's pid>/environ either. The handler still runs as
+          meshd's user: keep the config file out of its reach (another
+          user, a sandbox) if it must not read the key from disk.
   exit    0 = handled (never delivered again).
           65, 126, 127 or a command that cannot start = this event can never
           be handled: parked at once (meshd deadletters, meshd retry).
@@ -82,7 +97,9 @@ args ["mcp", "--config", "/path/config.toml"] after meshd init).`,
 			setup: setupDeadLetters},
 		{name: "retry", args: "SEQ [-- COMMAND ARGS...]", summary: "run parked event SEQ through the handler again",
 			long: `Removed from the parked list on success. Stop meshd first: it holds the lock
-of the agent's state.`,
+of the agent's state. The handler gets the same contract as under meshd run
+(see meshd run --help): its meshd reply, tasks status and artifact add go
+through this process, which needs MESH_API_KEY for them.`,
 			examples: `  meshd retry 42
   meshd retry 42 -- ./fixed-handler.sh`,
 			setup: setupRetry},
@@ -102,6 +119,11 @@ func (e *cliEnv) runConfig(args []string) (meshd.Config, error) {
 	s, log, dir, err := e.daemonSettings(e.stderr)
 	if err != nil {
 		return meshd.Config{}, err
+	}
+	// The handler runs as this user: without this it could read the key
+	// from /proc/<this pid>/environ although its own environment has none.
+	if err := meshd.HideProcess(); err != nil {
+		log.Warn("cannot hide this process's environment from its handler (prctl PR_SET_DUMPABLE)", "err", err)
 	}
 	cfg := meshd.Config{API: daemonClient(s, log, "meshd"), StateDir: dir, Handler: handler, Log: log}
 	if err := e.envInt("MESH_HANDLER_ATTEMPTS", &cfg.HandlerAttempts); err != nil {
@@ -145,12 +167,9 @@ func (e *cliEnv) commandHandler(command []string) (meshd.CommandHandler, error) 
 	if err := e.envDuration("MESH_HANDLER_TIMEOUT", &timeout); err != nil {
 		return meshd.CommandHandler{}, err
 	}
-	h := meshd.CommandHandler{Command: command, Timeout: timeout, Stdout: e.stdout, Stderr: e.stderr}
-	if path, ok := e.usedConfig(); ok {
-		// meshd commands inside the handler read the same file.
-		h.Env = append(h.Env, "MESH_CONFIG="+path)
-	}
-	return h, nil
+	// No MESH_CONFIG for the handler: the file holds the key. Its meshd
+	// commands reach meshd through the control channel instead.
+	return meshd.CommandHandler{Command: command, Timeout: timeout, Stdout: e.stdout, Stderr: e.stderr}, nil
 }
 
 // envDuration sets *d from the setting name when it is set (0 allowed).
@@ -271,7 +290,14 @@ func setupRetry(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) er
 		}
 		cfg := meshd.RetryConfig{StateDir: dir, AgentID: id, Handler: handler, Log: log}
 		if s, err := e.settings(); err == nil {
+			if err := meshd.HideProcess(); err != nil { // as in run
+				log.Warn("cannot hide this process's environment from its handler (prctl PR_SET_DUMPABLE)", "err", err)
+			}
 			cfg.API = daemonClient(s, log, "meshd")
+			// The handler replies through this process, as under meshd run.
+			ctl := meshd.NewHandlerControl(cfg.API, dir, id, log)
+			defer ctl.Close()
+			cfg.Handler = ctl.Wrap(handler)
 		}
 		return meshd.RetryDeadLetter(ctx, cfg, seq)
 	}

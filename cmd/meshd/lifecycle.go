@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
+	"github.com/agentmesh/agentmesh/shared/statedir"
 )
 
 func lifecycleCommands() []*command {
@@ -276,6 +277,12 @@ func setupStart(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) er
 		}
 		self, err := os.Executable()
 		if err != nil {
+			return err
+		}
+		// run makes the state dir when it takes its lock, but the log is
+		// opened here first: a dir that does not exist yet is made now,
+		// owner-only.
+		if err := statedir.Make(cfg.StateDir); err != nil {
 			return err
 		}
 		logPath := filepath.Join(cfg.StateDir, agent+".log")

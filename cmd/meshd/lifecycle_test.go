@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,14 +102,15 @@ func TestStartStatusStop(t *testing.T) {
 			}
 		}
 	})
-	t.Run("stop leaves the agent draining and the process gone within 5 s", func(t *testing.T) {
-		began := time.Now()
-		code, out, errOut := runBin(t, env, "stop")
+	t.Run("stop leaves the agent draining and the process gone", func(t *testing.T) {
+		// stop returns once the process is gone (it fails after its own
+		// --timeout otherwise).
+		code, out, errOut := runBin(t, env, "stop", "--timeout", "30s")
 		if code != 0 || !strings.Contains(out, "draining") {
 			t.Fatalf("stop: exit %d\n%s%s", code, out, errOut)
 		}
-		if took := time.Since(began); took > 5*time.Second || pidAlive(ri.PID) {
-			t.Errorf("stop took %s, process alive %v", took, pidAlive(ri.PID))
+		if pidAlive(ri.PID) {
+			t.Error("the process is alive after stop")
 		}
 		if p, _ := presence(t, st.URL, meshclient.New(st.URL, keys["bob"])); p != "draining" {
 			t.Errorf("presence %q after stop, want draining", p)
@@ -177,8 +179,8 @@ exec meshd tasks status completed "done"
 `), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	// Only the config file holds the key: the handler's meshd commands
-	// find it through MESH_CONFIG.
+	// Only the config file holds the key, and the handler is not told where
+	// it is: its meshd commands go through meshd's control socket.
 	p := startMeshd(t, map[string]string{"PATH": filepath.Dir(meshdBinary(t)) + ":" + os.Getenv("PATH"), "MESH_API_KEY": "", "MESH_API_URL": "",
 		"MESH_STATE_DIR": t.TempDir(), "HOME": home}, "run", "--config", cfg, "--", script)
 	alice := meshclient.New(st.URL, keys["alice"])
@@ -200,24 +202,134 @@ exec meshd tasks status completed "done"
 	}
 }
 
-// firstWrite records when the first byte was written.
-type firstWrite struct {
-	mu    sync.Mutex
-	start time.Time
-	first time.Duration
-	buf   bytes.Buffer
+// TestAHandlerWithoutTheKeyRepliesThroughMeshd is the handler contract of
+// meshd run --help: meshd has MESH_API_KEY, its handler does not, and the
+// handler's meshd reply, artifact add and tasks status still act on the
+// event's task, through meshd's control socket.
+func TestAHandlerWithoutTheKeyRepliesThroughMeshd(t *testing.T) {
+	st, keys := kafkaMesh(t)
+	home := t.TempDir()
+	envFile := filepath.Join(home, "handler.env")
+	script := filepath.Join(home, "handler.sh")
+	if err := os.WriteFile(script, []byte(`#!/bin/sh
+set -e
+env > "`+envFile+`"
+# meshd's own environment, as a curious handler would look for it
+cat "/proc/$PPID/environ" > "`+envFile+`.meshd" 2>/dev/null || true
+[ "$MESH_EVENT_TYPE" = message ] || exit 0
+meshd reply --message-id "reply-$MESH_EVENT_ID" "pong from $MESH_TO"
+meshd artifact add --message-id "art-$MESH_EVENT_ID" result.txt "42"
+exec meshd tasks status --message-id "done-$MESH_EVENT_ID" completed "done"
+`), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := startMeshd(t, map[string]string{"PATH": filepath.Dir(meshdBinary(t)) + ":" + os.Getenv("PATH"), "MESH_API_KEY": keys["bob"], "MESH_API_URL": st.URL,
+		"MESH_STATE_DIR": t.TempDir(), "HOME": home, "MESH_MODE": "kafka"}, "run", "--", script)
+	alice := meshclient.New(st.URL, keys["alice"])
+	res, err := alice.Send(context.Background(), meshclient.SendRequest{To: "bob", Parts: textPart("ping")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var task meshclient.TaskDetail
+	eventually(t, 30*time.Second, "the task is completed", func() bool {
+		task, err = alice.GetTask(context.Background(), res.TaskID)
+		return err == nil && task.Status == "completed"
+	})
+	t.Run("the reply and the artifact reached the event's task", func(t *testing.T) {
+		var texts []string
+		for _, m := range task.Messages {
+			texts = append(texts, m.From+": "+meshclient.PartsText(m.Parts))
+		}
+		if got := strings.Join(texts, " | "); !strings.Contains(got, "bob: pong from bob") || !strings.Contains(got, "bob: done") {
+			t.Errorf("messages %q; meshd stderr:\n%s", got, p.stderr.String())
+		}
+		if len(task.Artifacts) != 1 || task.Artifacts[0].Name != "result.txt" {
+			t.Errorf("artifacts %+v", task.Artifacts)
+		}
+	})
+	t.Run("the handler's environment held neither the key nor where to find it", func(t *testing.T) {
+		b, err := os.ReadFile(envFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env := string(b); strings.Contains(env, keys["bob"]) || strings.Contains(env, "MESH_API_KEY=") || strings.Contains(env, "MESH_CONFIG=") ||
+			!strings.Contains(env, meshd.EnvHandlerSocket+"=") || !strings.Contains(env, meshd.EnvHandlerToken+"=") {
+			t.Errorf("the handler's environment:\n%s", env)
+		}
+	})
+	t.Run("nor could the handler read the key from meshd's own environment", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("/proc/PID/environ is Linux's")
+		}
+		if os.Geteuid() == 0 {
+			t.Skip("as root the handler reads every process's environ; shared/meshd's TestHideProcessMakesThisProcessNonDumpable checks the mechanism")
+		}
+		b, err := os.ReadFile(envFile + ".meshd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), keys["bob"]) {
+			t.Error("the handler read MESH_API_KEY from /proc/<meshd's pid>/environ")
+		}
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("meshd exited %d after SIGTERM", code)
+	}
 }
 
-func (w *firstWrite) Write(p []byte) (int, error) {
+// watchWriter is a stderr a test can wait on: every write wakes waitFor.
+type watchWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced on every write
+}
+
+func newWatchWriter() *watchWriter { return &watchWriter{changed: make(chan struct{})} }
+
+func (w *watchWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.buf.Len() == 0 {
-		w.first = time.Since(w.start)
-	}
-	return w.buf.Write(p)
+	n, err := w.buf.Write(p)
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return n, err
 }
 
-func TestAnUnreachableAPIIsNamedWithin2s(t *testing.T) {
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// waitFor waits until everything in want was written, failing the test at
+// the deadline.
+func (w *watchWriter) waitFor(t *testing.T, d time.Duration, want ...string) {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		w.mu.Lock()
+		text, changed := w.buf.String(), w.changed
+		w.mu.Unlock()
+		missing := false
+		for _, s := range want {
+			missing = missing || !strings.Contains(text, s)
+		}
+		if !missing {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("not written within %v: %q\n%s", d, want, text)
+		}
+	}
+}
+
+// TestAnUnreachableAPIIsNamedFirst: the first thing a command says when the
+// API does not answer names MESH_API_URL (after 1.5 s of silence, or at the
+// first refused attempt), then it counts the retries.
+func TestAnUnreachableAPIIsNamedFirst(t *testing.T) {
 	refused, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -239,48 +351,58 @@ func TestAnUnreachableAPIIsNamedWithin2s(t *testing.T) {
 		{"an address that never answers: the first line names MESH_API_URL", silentURL, []string{"waiting for the mesh API at MESH_API_URL=" + silentURL}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			w := &firstWrite{start: time.Now()}
-			code := cli(ctx, []string{"send", "--to", "alice", "hi"}, env(map[string]string{"MESH_API_URL": c.url, "MESH_API_KEY": secretKey}), strings.NewReader(""), &bytes.Buffer{}, w)
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			first, _, _ := strings.Cut(w.buf.String(), "\n")
-			if w.buf.Len() == 0 || w.first > 2*time.Second || !strings.Contains(first, "MESH_API_URL=") {
-				t.Errorf("first line %q after %s, want one naming MESH_API_URL within 2 s", first, w.first)
-			}
-			for _, want := range c.want {
-				if !strings.Contains(w.buf.String(), want) {
-					t.Errorf("stderr lacks %q:\n%s", want, w.buf.String())
+			w := newWatchWriter()
+			code := make(chan int, 1)
+			go func() {
+				code <- cli(ctx, []string{"send", "--to", "alice", "hi"}, env(map[string]string{"MESH_API_URL": c.url, "MESH_API_KEY": secretKey}), strings.NewReader(""), &bytes.Buffer{}, w)
+			}()
+			w.waitFor(t, 20*time.Second, c.want...)
+			cancel() // the call would retry for 30 s
+			select {
+			case got := <-code:
+				if got != 1 {
+					t.Errorf("exit %d after the cancel, want 1", got)
 				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the command did not end after its context was canceled")
 			}
-			if code != 1 {
-				t.Errorf("exit %d", code)
+			if first, _, _ := strings.Cut(w.String(), "\n"); !strings.Contains(first, "MESH_API_URL=") {
+				t.Errorf("first line %q, want one naming MESH_API_URL", first)
 			}
 		})
 	}
 }
 
-func TestRunNamesAnUnreachableAPIAtOnceAndStopsPromptly(t *testing.T) {
+// TestRunNamesAnUnreachableAPIAndStops: meshd run says which MESH_API_URL
+// does not answer while it retries, and a stop ends it. How soon (within
+// the token exchange's grace, not after its 15 s of retries) is proven on
+// the bubble's clock by shared/meshd's
+// TestAStopWhileTheAPIDoesNotAnswerEndsRunWithinTheTokenGrace.
+func TestRunNamesAnUnreachableAPIAndStops(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + ln.Addr().String()
 	ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &firstWrite{start: time.Now()}
-	cli(ctx, []string{"run", "--", "cat"}, env(map[string]string{"MESH_API_URL": url, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": t.TempDir()}), strings.NewReader(""), &bytes.Buffer{}, w)
-	// The stop (at 2 s) ends it within the token call's 2 s grace, not
-	// after the call's whole 15 s of retries.
-	if took := time.Since(w.start); took > 6*time.Second {
-		t.Errorf("meshd run took %s to stop while the API was unreachable", took.Round(time.Second))
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !strings.Contains(w.buf.String(), "check MESH_API_URL") || !strings.Contains(w.buf.String(), url) {
-		t.Errorf("meshd run said nothing naming MESH_API_URL within 2 s:\n%s", w.buf.String())
+	w := newWatchWriter()
+	code := make(chan int, 1)
+	go func() {
+		code <- cli(ctx, []string{"run", "--", "cat"}, env(map[string]string{"MESH_API_URL": url, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": t.TempDir()}), strings.NewReader(""), &bytes.Buffer{}, w)
+	}()
+	w.waitFor(t, 20*time.Second, "check MESH_API_URL", url)
+	cancel()
+	select {
+	case got := <-code:
+		if got != 0 {
+			t.Errorf("meshd run exited %d after the stop, want 0:\n%s", got, w.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("meshd run did not stop while the API was unreachable:\n%s", w.String())
 	}
 }
 
@@ -298,7 +420,7 @@ func TestEveryCommandHasHelpWithItsFlagsAndExamples(t *testing.T) {
 	t.Run("run --help documents the handler contract", func(t *testing.T) {
 		var stdout bytes.Buffer
 		cli(context.Background(), []string{"run", "--help"}, env(nil), strings.NewReader(""), &stdout, &bytes.Buffer{})
-		for _, want := range []string{"stdin", "MESH_TASK_ID", "65, 126, 127", "--message-id reply-$MESH_EVENT_ID", "second Ctrl-C"} {
+		for _, want := range []string{"stdin", "MESH_TASK_ID", "65, 126, 127", "--message-id reply-$MESH_EVENT_ID", "second Ctrl-C", "WITHOUT its credentials: no MESH_API_KEY", "MESH_HANDLER_SOCKET", "MESH_HANDLER_TOKEN", "refused once this run of the handler has ended"} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("run --help lacks %q", want)
 			}
@@ -320,11 +442,13 @@ func TestASecondInstanceAndAFreshStateDir(t *testing.T) {
 			"MESH_MODE": "kafka", "MESHD_TEST_HANDLER": "picky", "MESHD_TEST_RECORD": filepath.Join(tmp, rec), "MESHD_TEST_FIXED": filepath.Join(tmp, "fixed")}
 	}
 	alice := meshclient.New(st.URL, keys["alice"])
+	sent := 0 // bob's events are alice's messages: the newest seq
 	send := func(text string) {
 		t.Helper()
 		if _, err := alice.Send(context.Background(), meshclient.SendRequest{To: "bob", Parts: textPart(text)}); err != nil {
 			t.Fatal(err)
 		}
+		sent++
 	}
 	first := startMeshd(t, envFor("one", "rec1"), "run", "--", selfHandler(t))
 	send("m1")
@@ -354,22 +478,27 @@ func TestASecondInstanceAndAFreshStateDir(t *testing.T) {
 		args      []string
 		want      string
 	}{
+		// Each case ends with a fence (one more message, the next seq):
+		// delivery is in order, so anything else it would deliver before
+		// the fence (a repeat above all) shows up first.
 		{"a fresh state dir starts after the seq the agent's last meshd handled", "three", nil, "3"},
-		{"--from 0 delivers every retained event", "four", []string{"--from", "0"}, "1,2,3"},
-		{"--from latest delivers only what arrives later", "five", []string{"--from", "latest"}, "4"},
+		{"--from 0 delivers every retained event", "four", []string{"--from", "0"}, "1,2,3,4"},
+		{"--from latest delivers only what arrives later", "five", []string{"--from", "latest"}, "6"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := c.dir + ".rec"
 			p := startMeshd(t, envFor(c.dir, rec), append(append([]string{"run"}, c.args...), "--", selfHandler(t))...)
-			if c.want == "4" {
+			if c.want == "6" {
 				eventually(t, 20*time.Second, "meshd delivering", func() bool { return strings.Contains(p.stderr.String(), "meshd started") })
-				send("m4")
+				send("m6")
 			}
-			eventually(t, 30*time.Second, "seq "+c.want+" handled", func() bool { return strings.Join(readLines(t, filepath.Join(tmp, rec)), ",") == c.want })
-			// Nothing else arrives: the last meshd handled what it was given.
-			time.Sleep(500 * time.Millisecond)
-			if got := strings.Join(readLines(t, filepath.Join(tmp, rec)), ","); got != c.want {
-				t.Errorf("handled %s, want %s", got, c.want)
+			handled := func() string { return strings.Join(readLines(t, filepath.Join(tmp, rec)), ",") }
+			eventually(t, 30*time.Second, "seq "+c.want+" handled", func() bool { return strings.HasPrefix(handled()+",", c.want+",") })
+			send("fence")
+			want := c.want + "," + strconv.Itoa(sent)
+			eventually(t, 30*time.Second, "the fence handled", func() bool { return strings.Contains(","+handled()+",", ","+strconv.Itoa(sent)+",") })
+			if got := handled(); got != want {
+				t.Errorf("handled %s, want %s (then the fence)", got, want)
 			}
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 			p.wait(t, 20*time.Second)
@@ -402,10 +531,11 @@ func TestStopNowKillsTheRunningHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the handler runs", func() bool { _, err := os.Stat(started); return err == nil })
-	began := time.Now()
-	code, out, errOut := runBin(t, env, "stop", "--now", "--timeout", "15s")
-	if code != 0 || time.Since(began) > 10*time.Second || pidAlive(ri.PID) {
-		t.Fatalf("stop --now: exit %d after %s, alive %v\n%s%s", code, time.Since(began).Round(time.Millisecond), pidAlive(ri.PID), out, errOut)
+	// The handler sleeps 120 s: stop succeeds within its own --timeout
+	// only if --now killed it.
+	code, out, errOut := runBin(t, env, "stop", "--now", "--timeout", "45s")
+	if code != 0 || pidAlive(ri.PID) {
+		t.Fatalf("stop --now: exit %d, alive %v\n%s%s", code, pidAlive(ri.PID), out, errOut)
 	}
 	if out, _ := exec.Command("pgrep", "-f", started).Output(); len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("the handler's sleep survived: pids %s", out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -9,10 +10,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -69,6 +75,8 @@ func fakeMesh(t *testing.T) (*httptest.Server, *[]string) {
 				}
 			}
 			_ = json.NewEncoder(w).Encode(map[string]any{"events": out, "next_after": 2, "oldest_seq": 1})
+		case "GET /v1/agents/me":
+			_ = json.NewEncoder(w).Encode(map[string]any{"agent_id": "bob", "name": "bob", "status": "offline", "key_epoch": 1, "last_seq": 2, "created_at": "2026-01-01T00:00:00Z"})
 		case "POST /v1/agents/me/heartbeat":
 			_ = json.NewEncoder(w).Encode(map[string]any{"status": "active", "last_seq": 2})
 		case "DELETE /v1/agents/me/online":
@@ -181,24 +189,47 @@ func TestRunDeliversToTheHandlerAndStopsOnCancel(t *testing.T) {
 	srv, bodies := fakeMesh(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "got.jsonl")
+	// The handler says on a FIFO when it has handled an event, so the test
+	// waits on that instead of polling the output file.
+	fifo := filepath.Join(dir, "handled.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Opened read-write, the FIFO neither blocks this open nor sees EOF
+	// between handler runs.
+	ff, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ff.Close() })
+	handled := make(chan string, 8)
+	go func() {
+		sc := bufio.NewScanner(ff)
+		for sc.Scan() {
+			handled <- sc.Text()
+		}
+	}()
 	getenv := env(map[string]string{
 		"MESH_API_URL": srv.URL, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": filepath.Join(dir, "state"),
-		"MESH_HANDLER": `cat >> "` + out + `"`, "MESH_MODE": "poll", "MESH_LOG_FORMAT": "json", "MESH_LOG_LEVEL": "debug",
+		"MESH_HANDLER": `cat >> "` + out + `" && echo "$MESH_SEQ" > "` + fifo + `"`, "MESH_MODE": "poll", "MESH_LOG_FORMAT": "json", "MESH_LOG_LEVEL": "debug",
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() { done <- cli(ctx, []string{"run"}, getenv, strings.NewReader(""), &stdout, &stderr) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		data, _ := os.ReadFile(out)
-		if strings.Count(string(data), "\n") == 2 {
-			break
+	for _, want := range []string{"1", "2"} {
+		select {
+		case seq := <-handled:
+			if seq != want {
+				t.Fatalf("handled seq %s, want %s", seq, want)
+			}
+		case <-time.After(30 * time.Second):
+			data, _ := os.ReadFile(out)
+			t.Fatalf("seq %s not handled within 30 s; handler output %q", want, data)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("handler output %q", data)
-		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	if data, _ := os.ReadFile(out); strings.Count(string(data), "\n") != 2 {
+		t.Errorf("handler output %q, want two events", data)
 	}
 	cancel()
 	select {
@@ -223,6 +254,195 @@ func TestRunDeliversToTheHandlerAndStopsOnCancel(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
 		if !json.Valid([]byte(line)) {
 			t.Errorf("log line is not JSON: %q", line)
+		}
+	}
+}
+
+func TestConfigFilesOfEveryFormatLoad(t *testing.T) {
+	tomlFile := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(tomlFile, []byte("# TOML by hand\napi_url = 'http://mesh.example:8080' # a literal string\napi_key = \"amk_\\u00e9t\\\"\"\nhandler_attempts = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, path string
+		want       map[string]string
+	}{
+		{"a file meshd init wrote before the config was TOML loads with its Go escapes undone", filepath.Join("testdata", "config-init-v0.toml"), map[string]string{
+			"MESH_API_URL":   "http://mesh.example:8080",
+			"MESH_API_KEY":   `amk_k"ey\with\quote`,
+			"MESH_HANDLER":   "printf '%s\\n' \"$MESH_TEXT\"\t| tee -a log # not a comment\a",
+			"MESH_STATE_DIR": "/home/bob/state dir",
+		}},
+		{"a hand-written file of the old form with unquoted values loads", filepath.Join("testdata", "config-handwritten-v0.toml"), map[string]string{
+			"MESH_API_URL": "http://127.0.0.1:8080",
+			"MESH_API_KEY": `amk_hand"written\`,
+			"MESH_HANDLER": "cat > /dev/null",
+		}},
+		{"a TOML file with comments, a literal string and a number loads", tomlFile, map[string]string{
+			"MESH_API_URL":          "http://mesh.example:8080",
+			"MESH_API_KEY":          "amk_ét\"",
+			"MESH_HANDLER_ATTEMPTS": "3",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readConfig(tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestABrokenConfigFileIsAnErrorNamingIt(t *testing.T) {
+	for _, c := range []struct{ name, content string }{
+		{"an unterminated string", "api_url = \"http://x\n"},
+		{"a table where a setting belongs", "[api]\nurl = \"http://x\"\n"},
+	} {
+		t.Run(c.name+" is refused", func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.toml")
+			if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if conf, err := readConfig(path); err == nil || !strings.Contains(err.Error(), path) {
+				t.Errorf("got %q, %v; want an error naming %s", conf, err, path)
+			}
+		})
+	}
+}
+
+func TestTheConfigFileRoundTripsAsTOML(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "meshd", "config.toml")
+	values := map[string]string{
+		"api_url":   "http://mesh.example:8080/base?x=1#frag",
+		"api_key":   "amk_\"quoted\"\\back\\slash",
+		"handler":   "printf '%s\\n' \"$MESH_TEXT\" | tee -a log\t# not a comment\a\v\x01 é ☃",
+		"state_dir": "C:\\Users\\bob\\state\nsecond line",
+	}
+	keys := []string{"api_url", "api_key", "handler", "state_dir"}
+	if err := writeConfig(path, keys, values); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the file is TOML a TOML library reads back to the same values", func(t *testing.T) {
+		var raw map[string]string
+		if _, err := toml.Decode(string(data), &raw); err != nil {
+			t.Fatalf("not TOML: %v\n%s", err, data)
+		}
+		if !reflect.DeepEqual(raw, values) {
+			t.Errorf("TOML holds %q, want %q", raw, values)
+		}
+	})
+	t.Run("readConfig reads back every value", func(t *testing.T) {
+		got, err := readConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if got["MESH_"+strings.ToUpper(k)] != values[k] {
+				t.Errorf("%s = %q, want %q", k, got["MESH_"+strings.ToUpper(k)], values[k])
+			}
+		}
+	})
+	t.Run("the keys keep the order they were given in", func(t *testing.T) {
+		last := -1
+		for _, k := range keys {
+			i := strings.Index(string(data), "\n"+k+" = ")
+			if i < last {
+				t.Errorf("%s is out of order:\n%s", k, data)
+			}
+			last = i
+		}
+	})
+	t.Run("a value that is not UTF-8 is refused, not written unreadable", func(t *testing.T) {
+		if err := writeConfig(filepath.Join(t.TempDir(), "c.toml"), []string{"api_key"}, map[string]string{"api_key": "amk_\xff"}); err == nil {
+			t.Error("wrote a value TOML cannot hold")
+		}
+	})
+}
+
+func TestTheConfigFileIsPrivateWhateverWasThereBefore(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("Unix permission bits")
+	}
+	cases := []struct {
+		name   string
+		before func(t *testing.T, path string)
+	}{
+		{"a world-readable leftover temp file of an earlier write", func(t *testing.T, path string) {
+			writeWorldReadable(t, path+".tmp")
+		}},
+		{"a world-readable config file", func(t *testing.T, path string) {
+			writeWorldReadable(t, path)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" does not make the new key readable by others", func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.toml")
+			tc.before(t, path)
+			if err := writeConfig(path, []string{"api_key"}, map[string]string{"api_key": secretKey}); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("config file mode %o, want 600", fi.Mode().Perm())
+			}
+			if conf, err := readConfig(path); err != nil || conf["MESH_API_KEY"] != secretKey {
+				t.Errorf("config %v %v", conf, err)
+			}
+		})
+	}
+}
+
+// writeWorldReadable leaves a file at path that anyone may read and write,
+// whatever the umask.
+func writeWorldReadable(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("old"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStartMakesAStateDirThatDoesNotExistYet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the meshd binary")
+	}
+	srv, _ := fakeMesh(t)
+	dir := filepath.Join(t.TempDir(), "new", "state")
+	env := map[string]string{"MESH_API_URL": srv.URL, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": dir, "HOME": t.TempDir(),
+		"MESH_HANDLER": "cat > /dev/null", "MESH_MODE": "poll"}
+	// Runs before the fake mesh closes (cleanups run last first): stop the
+	// daemon start left running.
+	t.Cleanup(func() {
+		if ri, ok := readRunInfo(dir, "bob"); ok && alive(ri.PID) {
+			if code, out, errOut := runBin(t, env, "stop"); code != 0 {
+				t.Errorf("stop: exit %d\n%s%s", code, out, errOut)
+				_ = syscall.Kill(ri.PID, syscall.SIGKILL)
+			}
+		}
+	})
+	code, out, errOut := runBin(t, env, "start")
+	if code != 0 || !strings.Contains(out, "meshd started for agent bob") {
+		t.Fatalf("start: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, p := range []struct {
+		path string
+		mode os.FileMode
+	}{{dir, 0o700}, {filepath.Join(dir, "bob.log"), 0o600}} {
+		if fi, err := os.Stat(p.path); err != nil || fi.Mode().Perm() != p.mode {
+			t.Errorf("%s: %v, want mode %o", p.path, err, p.mode)
 		}
 	}
 }

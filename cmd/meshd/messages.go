@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 func messageCommands() []*command {
@@ -25,7 +26,9 @@ context_id, status} as JSON. Retrying with the same --message-id sends once.`,
 			setup: setupSend},
 		{name: "reply", args: "TEXT...", summary: "reply in a task (MESH_TASK_ID inside a handler)",
 			long: `The task is --task, else MESH_TASK_ID (set for each event by meshd run).
-Exits 65 when the mesh refuses the reply for good (e.g. 409 task_terminal).`,
+Exits 65 when the mesh refuses the reply for good (e.g. 409 task_terminal).
+Inside a handler it needs no API key: it goes through meshd run's control
+socket, for the event's task only (see meshd run --help).`,
 			examples: `  meshd reply --task 01J0ABC "done"
   # inside a handler: idempotent across redeliveries
   meshd reply --message-id "reply-$MESH_EVENT_ID" "on it"`,
@@ -43,7 +46,8 @@ Exits 65 when the mesh refuses the reply for good (e.g. 409 task_terminal).`,
 			setup: setupGroupSend},
 		{name: "artifact add", args: "NAME [TEXT...]", summary: "add a named artifact to a task you received (MESH_TASK_ID in a handler)",
 			long: `The artifact's content is TEXT, else stdin. The task is --task, else
-MESH_TASK_ID.`,
+MESH_TASK_ID. Inside a handler it needs no API key: it goes through meshd
+run's control socket, for the event's task only (see meshd run --help).`,
 			examples: `  meshd artifact add summary.md < summary.md
   meshd artifact add --task 01J0ABC result "42"`,
 			setup: setupArtifact},
@@ -67,6 +71,28 @@ func (e *cliEnv) call(ctx context.Context, extra func() error, do func(context.C
 	ctx, cancel := context.WithTimeout(ctx, callTimeout+meshclient.MaxInboxWait)
 	defer cancel()
 	return do(ctx, c)
+}
+
+// inHandler runs one call of reply, tasks status or artifact add through
+// meshd's control channel when the command runs inside a handler run (its
+// environment names the socket and the run's capability): the handler has
+// no API key, meshd makes the call with its own. ok is false outside a
+// handler run; the command then calls the API itself.
+func (e *cliEnv) inHandler(ctx context.Context, extra func() error, do func(context.Context, *meshd.HandlerClient) error) (ok bool, err error) {
+	hc, ok := meshd.HandlerClientFromEnv(e.getenv)
+	if !ok {
+		return false, nil
+	}
+	if extra != nil {
+		if err := extra(); err != nil {
+			return true, err
+		}
+	}
+	// meshd bounds its own API call (retries included); this bounds a
+	// meshd that stopped answering.
+	ctx, cancel := context.WithTimeout(ctx, 2*callTimeout)
+	defer cancel()
+	return true, do(ctx, hc)
 }
 
 // text is the message text: the arguments, else stdin.
@@ -122,7 +148,17 @@ func setupReply(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) er
 			return errors.New("reply needs --task ID (or MESH_TASK_ID, which meshd run sets for each event)")
 		}
 		var parts []mesh.Part
-		return e.call(ctx, func() (err error) { parts, err = e.text(args); return err }, func(ctx context.Context, c *meshclient.Client) error {
+		readText := func() (err error) { parts, err = e.text(args); return err }
+		if ok, err := e.inHandler(ctx, readText, func(ctx context.Context, c *meshd.HandlerClient) error {
+			res, err := c.Reply(ctx, id, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, res)
+		}); ok {
+			return err
+		}
+		return e.call(ctx, readText, func(ctx context.Context, c *meshclient.Client) error {
 			res, err := c.Reply(ctx, id, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
 			if err != nil {
 				return err
@@ -209,7 +245,17 @@ func setupArtifact(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string)
 			return errors.New("artifact add needs a NAME")
 		}
 		var parts []mesh.Part
-		return e.call(ctx, func() (err error) { parts, err = e.text(args[1:]); return err }, func(ctx context.Context, c *meshclient.Client) error {
+		readText := func() (err error) { parts, err = e.text(args[1:]); return err }
+		if ok, err := e.inHandler(ctx, readText, func(ctx context.Context, c *meshd.HandlerClient) error {
+			res, err := c.AddArtifact(ctx, id, args[0], parts, *messageID)
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, res)
+		}); ok {
+			return err
+		}
+		return e.call(ctx, readText, func(ctx context.Context, c *meshclient.Client) error {
 			res, err := c.AddArtifact(ctx, id, args[0], parts, *messageID)
 			if err != nil {
 				return err

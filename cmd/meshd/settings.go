@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +14,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/statedir"
 )
 
 // cliEnv is what a command reads its settings from: the process environment
@@ -86,16 +91,78 @@ func (e *cliEnv) configErr() error {
 	return e.confErr
 }
 
-// readConfig reads the config file: `key = "value"` lines (a TOML subset),
-// '#' comments; key api_url is the setting MESH_API_URL.
+// configHeader opens the file meshd init writes.
+const configHeader = "# meshd configuration (meshd init), TOML. Environment variables MESH_<KEY> override these.\n"
+
+// legacyConfigHeader opened the files meshd init wrote before the config
+// file was TOML: their values are Go-quoted strings (\a, \v and \xHH
+// escapes are not TOML), so such a file is read the legacy way.
+const legacyConfigHeader = "# meshd configuration (meshd init). Environment variables MESH_<KEY> override these."
+
+// maxConfig bounds how much of the config file is read.
+const maxConfig = 1 << 20
+
+// readConfig reads the config file, TOML with top-level `key = value`
+// settings (key api_url is the setting MESH_API_URL). A file in the older
+// `key = "Go-quoted value"` form, as earlier meshd init wrote it or a person
+// wrote by hand, still loads.
 func readConfig(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfig))
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	if strings.HasPrefix(string(data), legacyConfigHeader) {
+		return readLegacyConfig(path, data)
+	}
+	var raw map[string]any
+	if _, terr := toml.Decode(string(data), &raw); terr != nil {
+		if conf, lerr := readLegacyConfig(path, data); lerr == nil {
+			return conf, nil
+		}
+		return nil, fmt.Errorf("config file %s: %w", path, terr)
+	}
+	conf := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case int64, float64, bool:
+			s = fmt.Sprint(v) // attempts = 3 means "3", as the environment would say
+		default:
+			return nil, fmt.Errorf("config file %s: %s must be a string, number or boolean, not a table or array", path, k)
+		}
+		if !validConfigKey(k) {
+			return nil, fmt.Errorf("config file %s: key %q is not a setting name (letters, digits, _)", path, k)
+		}
+		conf["MESH_"+strings.ToUpper(k)] = s
+	}
+	return conf, nil
+}
+
+// validConfigKey: a key that becomes MESH_<KEY>.
+func validConfigKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// readLegacyConfig reads the pre-TOML form: `key = "value"` lines with Go
+// escapes (or an unquoted value taken as it is), '#' comments.
+func readLegacyConfig(path string, data []byte) (map[string]string, error) {
 	conf := map[string]string{}
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -105,6 +172,8 @@ func readConfig(path string) (map[string]string, error) {
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		if uq, err := strconv.Unquote(v); err == nil {
 			v = uq
+		} else if strings.HasPrefix(v, `"`) {
+			ok = false // a broken quoted value, not an unquoted one
 		}
 		if !ok || k == "" || strings.ContainsAny(k, " \t\"") {
 			return nil, fmt.Errorf("config file %s line %d: want key = \"value\"", path, n)
@@ -114,24 +183,31 @@ func readConfig(path string) (map[string]string, error) {
 	return conf, sc.Err()
 }
 
-// writeConfig writes the settings (key -> value, keys like api_url) to
-// path with mode 0600: the file holds the API key.
+// writeConfig writes the settings (key -> value, keys like api_url, in the
+// order of keys) to path as TOML, atomically and with mode 0600 from the
+// first byte: the file holds the API key.
 func writeConfig(path string, keys []string, values map[string]string) error {
-	var b strings.Builder
-	b.WriteString("# meshd configuration (meshd init). Environment variables MESH_<KEY> override these.\n")
+	var b bytes.Buffer
+	b.WriteString(configHeader)
 	for _, k := range keys {
-		if v := values[k]; v != "" {
-			fmt.Fprintf(&b, "%s = %s\n", k, strconv.Quote(v))
+		v := values[k]
+		if v == "" {
+			continue
 		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("config file %s: the value of %s is not valid UTF-8, which TOML cannot hold", path, k)
+		}
+		// One key at a time keeps the caller's order; the library quotes.
+		line, err := toml.Marshal(map[string]string{k: v})
+		if err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
+		b.Write(line)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := statedir.Make(filepath.Dir(path)); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return statedir.WriteFile(path, b.Bytes(), 0o600)
 }
 
 // settings are the API settings, read once.

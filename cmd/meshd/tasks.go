@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 func taskCommands() []*command {
@@ -26,7 +27,9 @@ func taskCommands() []*command {
 		{name: "tasks status", args: "STATUS [NOTE...]", summary: "move a task: working, input-required, completed, failed, rejected, canceled",
 			long: `The task is --task, else MESH_TASK_ID (set for each event by meshd run).
 An illegal move is refused (exit 65) and changes nothing; the note is told to
-the other agent (the question of input-required, the reason of a failure).`,
+the other agent (the question of input-required, the reason of a failure).
+Inside a handler it needs no API key: it goes through meshd run's control
+socket, for the event's task only (see meshd run --help).`,
 			examples: `  # inside a handler
   meshd tasks status working
   meshd tasks status --message-id "done-$MESH_EVENT_ID" completed "summary sent"
@@ -134,6 +137,15 @@ func setupTasksStatus(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []stri
 		req := meshclient.StatusRequest{Status: args[0], MessageID: *messageID}
 		if note := strings.Join(args[1:], " "); note != "" {
 			req.Message = &meshclient.StatusMessage{Parts: []mesh.Part{{Kind: "text", Text: note}}}
+		}
+		if ok, err := e.inHandler(ctx, nil, func(ctx context.Context, c *meshd.HandlerClient) error {
+			res, err := c.UpdateStatus(ctx, id, req)
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, res)
+		}); ok {
+			return err
 		}
 		return e.call(ctx, nil, func(ctx context.Context, c *meshclient.Client) error {
 			res, err := c.UpdateStatus(ctx, id, req)

@@ -17,14 +17,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/agentmesh/agentmesh/shared/localstack"
 )
 
 func main() {
 	demo := flag.Bool("demo", true, "create the demo agents alice and bob and run the demo exchange")
 	partial := flag.Bool("partial", false, "serve even if some template functions have no handler yet (their routes answer 501)")
-	addr := flag.String("addr", "", "listen address (default $MESH_HTTP_ADDR or "+localstack.DefaultHTTPAddr+")")
+	addr := flag.String("addr", "", "listen address (default $MESH_HTTP_ADDR or "+DefaultHTTPAddr+")")
 	flag.Parse()
 
 	getenv := os.Getenv
@@ -42,7 +40,7 @@ func main() {
 	// the process the default way.
 	go func() { <-ctx.Done(); stop() }()
 	wd, _ := os.Getwd()
-	err := localstack.Run(ctx, localstack.Options{Dir: wd, Getenv: getenv, Demo: *demo, Partial: *partial})
+	err := Run(ctx, Options{Dir: wd, Getenv: getenv, Demo: *demo, Partial: *partial})
 	if err != nil {
 		// One line that says what failed and what to do.
 		fmt.Fprintln(os.Stderr, "meshlocal: "+strings.ReplaceAll(err.Error(), "\n", "; "))

@@ -2,11 +2,14 @@ package accounts
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // accountRoute is one account route, aimed at the owner's agent.
@@ -36,7 +39,31 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A real task of the owner's agent (with a peer of the operator
+	// account), so a 404 to the other account means "not yours", and is
+	// checked against the answer for a task that does not exist.
+	if _, _, err := f.s.Identity.CreateAgent(ctx, "peer-agent", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.s.Identity.AdminCreateFriendship(ctx, "owned-agent-7", "peer-agent"); err != nil {
+		t.Fatal(err)
+	}
+	sent, err := f.s.Tasks.Send(ctx, "peer-agent", tasks.SendRequest{To: "owned-agent-7", Parts: []mesh.Part{{Kind: "text", Text: "a real task"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskID := sentTaskID(t, sent.Body)
 	agent := map[string]string{"id": "owned-agent-7"}
+	// absent is each route's path with its ids replaced by missing ones.
+	absent := map[string]map[string]string{
+		"AccountRotateKeyFunction":           {"id": "no-such-agent"},
+		"AccountRevokeKeyFunction":           {"id": "no-such-agent", "key_id": created.KeyID},
+		"AccountDrainAgentFunction":          {"id": "no-such-agent"},
+		"AccountSetPolicyFunction":           {"id": "no-such-agent"},
+		"AccountListTasksFunction":           {"id": "no-such-agent"},
+		"AccountGetTimelineFunction":         {"id": "owned-agent-7", "task_id": "no-such-task"},
+		"AccountDecideFriendRequestFunction": {"id": "999999999"},
+	}
 	routes := []accountRoute{
 		{fn: "AccountListAgentsFunction", method: http.MethodGet, list: true},
 		{fn: "AccountListFriendRequestsFunction", method: http.MethodGet, list: true},
@@ -47,7 +74,7 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 		{fn: "AccountDrainAgentFunction", method: http.MethodPost, path: agent},
 		{fn: "AccountSetPolicyFunction", method: http.MethodPut, path: agent, body: map[string]any{"friend_policy": "account"}},
 		{fn: "AccountListTasksFunction", method: http.MethodGet, path: agent},
-		{fn: "AccountGetTimelineFunction", method: http.MethodGet, path: map[string]string{"id": "owned-agent-7", "task_id": "task-1"}},
+		{fn: "AccountGetTimelineFunction", method: http.MethodGet, path: map[string]string{"id": "owned-agent-7", "task_id": taskID}},
 		{fn: "AccountDecideFriendRequestFunction", method: http.MethodPost, path: map[string]string{"id": fr.RequestID}, body: map[string]string{"decision": "accept"}},
 		{fn: "AccountOutboxHealthFunction", method: http.MethodGet, list: true},
 		{fn: "AccountRedriveFunction", method: http.MethodPost, body: map[string]string{"recipient": "owned-agent-7"}, list: true},
@@ -101,6 +128,11 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 				}
 			case r.status != http.StatusNotFound && r.status != http.StatusForbidden:
 				t.Fatalf("%d %s", r.status, r.body)
+			case absent[rt.fn] != nil:
+				m := f.call(req{fn: rt.fn, method: rt.method, path: absent[rt.fn], body: rt.body, cookie: other.token, csrf: other.csrf})
+				if m.status != r.status || m.body != r.body {
+					t.Fatalf("the owner's real %v answers %d %s, a missing one %d %s: they must not differ", rt.path, r.status, r.body, m.status, m.body)
+				}
 			}
 		})
 	}
@@ -120,8 +152,8 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 	})
 	t.Run("the owner itself may do each of it", func(t *testing.T) {
 		for _, rt := range routes {
-			if rt.fn == "AccountGetTimelineFunction" || rt.fn == "AccountSignOutFunction" {
-				continue // no such task; signing out is tested on its own
+			if rt.fn == "AccountSignOutFunction" {
+				continue // signing out is tested on its own
 			}
 			r := f.call(req{fn: rt.fn, method: rt.method, path: rt.path, body: rt.body, cookie: owner.token, csrf: owner.csrf})
 			if r.status/100 != 2 {
@@ -129,4 +161,18 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 			}
 		}
 	})
+}
+
+// sentTaskID is the task id of a send's answer body.
+func sentTaskID(t *testing.T, body any) string {
+	t.Helper()
+	raw, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res tasks.SendResult
+	if err := json.Unmarshal(raw, &res); err != nil || res.TaskID == "" {
+		t.Fatalf("send answered %s (%v)", raw, err)
+	}
+	return res.TaskID
 }

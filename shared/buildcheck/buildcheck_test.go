@@ -37,6 +37,8 @@ var forbidden = []string{
 	module + "/shared/mysql/mysqltest",
 	module + "/shared/kafka/kafkatest",
 	module + "/shared/localstack",
+	module + "/shared/apigwlocal",
+	module + "/shared/samtemplate",
 }
 
 // The Lambda build of the Makefile (build and build-%).

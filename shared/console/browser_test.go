@@ -120,39 +120,44 @@ func TestTheConsoleInChromium(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	// waitFor polls a JavaScript predicate for up to 20 s. The page may be
-	// navigating (a write reloads it): an evaluation that fails then is
-	// tried again.
+	// Every read of the page, and every click on a page that refreshes by
+	// itself, goes through inPage: one JavaScript task that reads (or acts)
+	// and answers, tried again in the new page when a reload took the old
+	// one away. No DOM node outlives the call that found it.
 	waitFor := func(t *testing.T, what, predicate string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		var last error
-		for time.Now().Before(deadline) {
-			ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool]("!!("+predicate+")"))
-			if err == nil && ok {
-				return
-			}
-			last = err
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("%s: not within 20 s (last error: %v)", what, last)
+		inPage[bool](t, bctx, what, "!!("+predicate+")")
 	}
-	html := func(t *testing.T) string {
+	// act runs body, a function body that returns false while the element it
+	// needs is not there yet and true once it has acted.
+	act := func(t *testing.T, what, body string) {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.OuterHTML(chromedp.CSS("html")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		inPage[bool](t, bctx, what, "(function () {"+body+"})()")
+	}
+	// open navigates to path; a navigation aborted by the page's own
+	// refresh is made again.
+	open := func(t *testing.T, what, path string) {
+		t.Helper()
+		retry(t, bctx, what, func(ctx context.Context) error { return chromedp.Do(ctx, chromedp.Navigate(base+path)) })
+	}
+	click := func(t *testing.T, what, selector string) {
+		t.Helper()
+		act(t, what, fmt.Sprintf(`var e = document.querySelector(%s); if (!e) return false; e.click(); return true;`, jsString(selector)))
+	}
+	// contains waits until an element matching selector shows text.
+	contains := func(t *testing.T, what, selector, text string) {
+		t.Helper()
+		waitFor(t, what, fmt.Sprintf(`Array.prototype.some.call(document.querySelectorAll(%s), function (e) { return e.innerText.includes(%s); })`, jsString(selector), jsString(text)))
 	}
 	var saved []string
 	shot := func(t *testing.T, name string) {
 		t.Helper()
-		waitFor(t, "the page loaded", `document.readyState === "complete"`)
-		b, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
+		waitFor(t, "the page loaded", `true`)
+		var b []byte
+		retry(t, bctx, "screenshot "+name, func(ctx context.Context) (err error) {
+			b, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			return err
+		})
 		p := filepath.Join(shots, name+".png")
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
@@ -163,7 +168,9 @@ func TestTheConsoleInChromium(t *testing.T) {
 	do(t, "set the viewport", chromedp.EmulateViewport(1280, 800))
 
 	t.Run("a signed-out visitor lands on the sign-in page and signs in", func(t *testing.T) {
-		do(t, "open the console", chromedp.Navigate(base+"/console"), chromedp.WaitVisible(chromedp.CSS("form#signin")))
+		// The sign-in page does not refresh itself: real key strokes here.
+		open(t, "open the console", "/console")
+		waitFor(t, "the sign-in form", `document.querySelector("form#signin") !== null`)
 		shot(t, "01-signin")
 		do(t, "sign in", chromedp.SendKeys(chromedp.CSS(`input[name="email"]`), email), chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), password),
 			chromedp.Click(chromedp.CSS(`form#signin button[type="submit"]`)))
@@ -172,19 +179,23 @@ func TestTheConsoleInChromium(t *testing.T) {
 
 	var apiKey string
 	t.Run("creating an agent shows its API key once", func(t *testing.T) {
-		do(t, "create browser-bot", chromedp.SendKeys(chromedp.CSS(`#create-agent input[name="agent_id"]`), "browser-bot"),
-			chromedp.SendKeys(chromedp.CSS(`#create-agent input[name="name"]`), "Browser bot"),
-			chromedp.Click(chromedp.CSS(`#create-agent button[type="submit"]`)))
-		waitFor(t, "the key box", `!document.getElementById("new-key").hidden`)
-		key, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#new-key-value")))
-		if err != nil || !strings.HasPrefix(key, "amk_") {
-			t.Fatalf("shown key %q (%v)", key, err)
+		// Filled and submitted in one task: a refresh cannot fall between
+		// the fields. Submitting holds the refresh until the key is gone.
+		act(t, "create browser-bot", `var f = document.getElementById("create-agent"); if (!f) return false;
+			f.querySelector('input[name="agent_id"]').value = "browser-bot";
+			f.querySelector('input[name="name"]').value = "Browser bot";
+			f.requestSubmit(f.querySelector('button[type="submit"]')); return true;`)
+		key := inPage[string](t, bctx, "the key box", `(function () { var b = document.getElementById("new-key"), v = document.getElementById("new-key-value");
+			return b !== null && !b.hidden && v !== null && v.textContent; })()`)
+		if !strings.HasPrefix(key, "amk_") {
+			t.Fatalf("shown key %q", key)
 		}
 		apiKey = key
 		shot(t, "02-agents-new-key")
-		do(t, "dismiss the key", chromedp.Click(chromedp.CSS("#new-key-done")))
+		click(t, "dismiss the key", "#new-key-done")
 		waitFor(t, "the agent's row", `document.querySelector('tr[data-agent="browser-bot"]') !== null && document.getElementById("new-key").hidden`)
-		if strings.Contains(html(t), apiKey) {
+		page := inPage[string](t, bctx, "read the page", `document.documentElement.outerHTML`)
+		if strings.Contains(page, apiKey) {
 			t.Fatal("the API key is still on the page after it was shown")
 		}
 		// The key works: the agent exchanges it for a token.
@@ -194,22 +205,22 @@ func TestTheConsoleInChromium(t *testing.T) {
 	t.Run("the account takes friend requests of the agent into its own hands and approves one", func(t *testing.T) {
 		// The page reloads once the policy is saved: the marker goes, and
 		// the reloaded page shows the policy the server has.
-		do(t, "choose my approval", chromedp.Evaluate[chromedp.Void](`(function(){window.__before = true; var s=document.querySelector('select.policy[data-agent="browser-bot"]'); s.value="account"; s.dispatchEvent(new Event("change"));})()`))
-		waitFor(t, "the policy saved", `(function(){var s=document.querySelector('select.policy[data-agent="browser-bot"]'); return window.__before !== true && document.readyState === "complete" && s && s.value === "account";})()`)
+		act(t, "choose my approval", `var s = document.querySelector('select.policy[data-agent="browser-bot"]'); if (!s) return false;
+			window.__before = true; s.value = "account"; s.dispatchEvent(new Event("change")); return true;`)
+		waitFor(t, "the policy saved", `(function(){var s=document.querySelector('select.policy[data-agent="browser-bot"]'); return window.__before !== true && s && s.value === "account";})()`)
 		api(t, base, "POST", "/v1/friends/requests", visitorTok, map[string]any{"to": "browser-bot"})
 		shot(t, "03-agents")
-		do(t, "open the requests", chromedp.Navigate(base+"/console/requests"), chromedp.WaitVisible(chromedp.CSS("button.decide")))
+		open(t, "open the requests", "/console/requests")
+		waitFor(t, "the request listed", `document.querySelector("button.decide") !== null`)
 		shot(t, "04-friend-requests")
-		do(t, "approve", chromedp.Click(chromedp.CSS(`button.decide[data-decision="accept"]`)))
+		click(t, "approve", `button.decide[data-decision="accept"]`)
 		waitFor(t, "the request gone", `document.querySelector("button.decide") === null && document.body.innerText.includes("No friend requests wait for you.")`)
 		friends := api(t, base, "GET", "/v1/friends", visitorTok, nil)
 		if b, _ := json.Marshal(friends); !strings.Contains(string(b), `"browser-bot"`) {
 			t.Fatalf("visitor's friends after the approval: %s", b)
 		}
-		do(t, "open the friendships", chromedp.Navigate(base+"/console/friends"), chromedp.WaitVisible(chromedp.CSS("table")))
-		if !strings.Contains(html(t), "visitor") {
-			t.Fatal("the friendship is not on the friendships page")
-		}
+		open(t, "open the friendships", "/console/friends")
+		contains(t, "the friendship on the friendships page", "table", "visitor")
 		shot(t, "05-friendships")
 	})
 
@@ -218,16 +229,15 @@ func TestTheConsoleInChromium(t *testing.T) {
 		sent := api(t, base, "POST", "/v1/messages", visitorTok, map[string]any{"to": "browser-bot", "parts": []map[string]any{{"kind": "text", "text": text}}})
 		g := api(t, base, "POST", "/v1/groups", visitorTok, map[string]any{"name": "Browser testers"})
 		api(t, base, "POST", "/v1/groups/"+g["group_id"].(string)+"/members", visitorTok, map[string]any{"agent_id": "browser-bot"})
-		do(t, "open the tasks", chromedp.Navigate(base+"/console/agents/browser-bot/tasks"), chromedp.WaitVisible(chromedp.CSS("table")))
-		waitFor(t, "the task listed", fmt.Sprintf(`document.body.innerText.includes(%q)`, sent["task_id"]))
+		taskID := sent["task_id"].(string)
+		open(t, "open the tasks", "/console/agents/browser-bot/tasks")
+		contains(t, "the task listed", "table", taskID)
 		shot(t, "06-tasks")
-		do(t, "open the timeline", chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href$="%s"]`, sent["task_id"]))))
-		waitFor(t, "the message in the timeline", fmt.Sprintf(`document.querySelector("ol.timeline") !== null && document.querySelector("ol.timeline").innerText.includes(%q)`, text))
+		click(t, "open the timeline", fmt.Sprintf(`a[href$="%s"]`, taskID))
+		contains(t, "the message in the timeline", "ol.timeline", text)
 		shot(t, "07-task-timeline")
-		do(t, "open the groups", chromedp.Navigate(base+"/console/groups"), chromedp.WaitVisible(chromedp.CSS("table")))
-		if !strings.Contains(html(t), "Browser testers") {
-			t.Fatal("the group is not on the groups page")
-		}
+		open(t, "open the groups", "/console/groups")
+		contains(t, "the group on the groups page", "table", "Browser testers")
 		shot(t, "08-groups")
 	})
 
@@ -235,12 +245,19 @@ func TestTheConsoleInChromium(t *testing.T) {
 		if _, err := db.Exec("UPDATE outbox_events SET delivery = 'failed', last_error = 'broker refused the record', sent_at = UTC_TIMESTAMP(6) WHERE recipient = 'browser-bot'"); err != nil {
 			t.Fatal(err)
 		}
-		do(t, "open the outbox", chromedp.Navigate(base+"/console/outbox"), chromedp.WaitVisible(chromedp.CSS("#redrive")))
+		open(t, "open the outbox", "/console/outbox")
+		waitFor(t, "the redrive button", `document.getElementById("redrive") !== null`)
 		shot(t, "09-outbox")
-		do(t, "redrive", chromedp.Click(chromedp.CSS("#redrive")))
-		waitFor(t, "the redrive reported", `document.getElementById("flash").innerText.startsWith("Requeued")`)
+		// The flash lives until the page reloads (0.8 s later, or sooner
+		// by the page's own refresh): the page copies it into its tab's
+		// sessionStorage, which outlives the reload, for the test to read.
+		act(t, "redrive", `var b = document.getElementById("redrive"), f = document.getElementById("flash"); if (!b || !f) return false;
+			sessionStorage.removeItem("flash");
+			new MutationObserver(function () { sessionStorage.setItem("flash", f.innerText); }).observe(f, {childList: true, characterData: true, subtree: true});
+			b.click(); return true;`)
+		waitFor(t, "the redrive reported", `(sessionStorage.getItem("flash") || "").startsWith("Requeued")`)
 		// The page reloads: the event is pending again, in the backlog chart.
-		waitFor(t, "the backlog chart", `document.querySelector(".chart .bar") !== null && document.querySelector(".chart .bar").innerText.includes("browser-bot")`)
+		contains(t, "the backlog chart", ".chart .bar", "browser-bot")
 		shot(t, "09b-outbox-after-redrive")
 		var failed int
 		if err := db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE recipient = 'browser-bot' AND delivery = 'failed'").Scan(&failed); err != nil || failed != 0 {
@@ -249,26 +266,77 @@ func TestTheConsoleInChromium(t *testing.T) {
 	})
 
 	t.Run("the audit log shows the approval, the policy and the redrive", func(t *testing.T) {
-		do(t, "open the audit log", chromedp.Navigate(base+"/console/audit"), chromedp.WaitVisible(chromedp.CSS("table")))
-		page := html(t)
+		open(t, "open the audit log", "/console/audit")
 		for _, want := range []string{"agent.created", "policy.changed", "friendship.created", "group.member_added", "outbox.redriven"} {
-			if !strings.Contains(page, want) {
-				t.Errorf("the audit log lacks %s", want)
-			}
+			contains(t, "the audit log shows "+want, "table", want)
 		}
 		shot(t, "10-audit")
 	})
 
 	t.Run("the pages refresh by themselves", func(t *testing.T) {
-		do(t, "open the agents", chromedp.Navigate(base+"/console/agents"), chromedp.WaitVisible(chromedp.CSS("footer")))
-		do(t, "mark the page", chromedp.Evaluate[chromedp.Void](`window.__marked = true`))
+		open(t, "open the agents", "/console/agents")
+		act(t, "mark the page", `if (document.querySelector("footer") === null) return false; window.__marked = true; return true;`)
 		waitFor(t, "a reload", `window.__marked !== true && document.querySelector("footer") !== null`)
 	})
 
 	t.Run("signing out ends the session", func(t *testing.T) {
-		do(t, "sign out", chromedp.Click(chromedp.CSS("#signout")))
+		click(t, "sign out", "#signout")
 		waitFor(t, "the sign-in page", `location.pathname === "/console/signin"`)
-		do(t, "open the agents again", chromedp.Navigate(base+"/console/agents"))
+		open(t, "open the agents again", "/console/agents")
 		waitFor(t, "sent to sign in", `location.pathname === "/console/signin"`)
 	})
+}
+
+// pageDeadline bounds one wait on the page. It is a failure deadline, not
+// an expected duration: a wait that is met returns at once.
+const pageDeadline = 30 * time.Second
+
+// inPage waits until expr, evaluated in the tab's current page, yields a
+// truthy value, and returns that value (decoded as chromedp.Evaluate does).
+// The page itself checks expr every 50 ms, once it has loaded (its script
+// has set up the buttons), and answers once; each check runs as one
+// JavaScript task, so what it reads, or does, all belongs to one page. The
+// console reloads itself (every 5 s, and after each write): a reload
+// rejects the wait, and it starts over in the new page. (Runtime evaluation
+// without a context id lands in the page of the moment, where chromedp.Poll
+// aims at a context id that a reload may have retired.) The test fails
+// when no page yields a truthy value by the deadline.
+func inPage[T any](t *testing.T, bctx context.Context, what, expr string) T {
+	t.Helper()
+	wait := `new Promise(function (resolve) {
+  function check() { var v; try { v = document.readyState === "complete" && (` + expr + `); } catch (e) { v = false; } if (v) resolve(v); return !!v; }
+  if (!check()) { var id = setInterval(function () { if (check()) clearInterval(id); }, 50); }
+})`
+	var v T
+	retry(t, bctx, what, func(ctx context.Context) (err error) {
+		v, err = chromedp.Run(ctx, chromedp.Evaluate[T](wait, chromedp.EvalAwaitPromise))
+		return err
+	})
+	return v
+}
+
+// retry runs step until it succeeds, each failure (a reload that took the
+// page away, a navigation aborted by the page's own refresh) trying again,
+// and fails the test at the deadline.
+func retry(t *testing.T, bctx context.Context, what string, step func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, pageDeadline)
+	defer cancel()
+	var last error
+	for {
+		err := step(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: not within %v (%v; the try before: %v)", what, pageDeadline, err, last)
+		}
+		last = err
+	}
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -106,7 +106,7 @@ func (c *Console) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) 
 		rest = strings.Trim(strings.TrimPrefix(ev.RawPath, "/console"), "/")
 	}
 	if strings.HasPrefix(rest, "assets/") {
-		return asset(rest)
+		return asset(assets, rest)
 	}
 	if rest == "signin" {
 		return c.render(http.StatusOK, "signin.html", page{Title: "Sign in", Nav: "signin"})
@@ -246,10 +246,12 @@ func redirect(to string) events.APIGatewayV2HTTPResponse {
 	return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusSeeOther, Headers: map[string]string{"Location": to, "Cache-Control": "no-store"}}
 }
 
-// asset serves an embedded script or style sheet.
-func asset(name string) events.APIGatewayV2HTTPResponse {
+// asset serves a script or style sheet of fsys's assets/ directory (the
+// embedded one; tests pass a tree with files beside it, which the embedded
+// FS lacks, to see that no path reaches them).
+func asset(fsys fs.FS, name string) events.APIGatewayV2HTTPResponse {
 	clean := path.Clean(name)
-	b, err := fs.ReadFile(assets, clean)
+	b, err := fs.ReadFile(fsys, clean)
 	if err != nil || !strings.HasPrefix(clean, "assets/") || strings.HasSuffix(clean, ".html") {
 		return text(http.StatusNotFound, "not found")
 	}

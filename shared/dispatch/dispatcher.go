@@ -1,6 +1,8 @@
 // Package dispatch drains the outbox into Kafka, in seq order per recipient.
-// It is its own package so that only the dispatcher function links the Kafka
-// client; the HTTP functions write the outbox through package outbox alone.
+// It is its own package so that the HTTP functions, which write the outbox
+// through package outbox alone, never link the Kafka client: only the
+// dispatcher function does, and migrate, which creates the inbox topic
+// through package kafka (shared/buildcheck holds both to that).
 package dispatch
 
 import (
@@ -20,10 +22,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/agentmesh/agentmesh/shared/backoff"
+	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/seal"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // Publisher sends records and reports each one's outcome, in order. A
@@ -89,9 +94,10 @@ func (p KafkaPublisher) Publish(ctx context.Context, recs []*kgo.Record) []error
 //     is dead-lettered after MaxAttempts (delivery='failed', still served by
 //     GET /v1/inbox); Kafka being unreachable backs the recipient off
 //     UnreachableBackoff and never dead-letters anything;
-//   - an event that cannot be encoded or sealed goes out as an
-//     mesh.EventUndeliverable placeholder with its seq and event_id, so one
-//     bad event never holds up its recipient or fails a batch;
+//   - an event whose stored body cannot be served (jsonlimit.Unservable,
+//     the rule GET /v1/inbox applies too) or that cannot be sealed goes out
+//     as an mesh.EventUndeliverable placeholder with its seq and event_id,
+//     so one bad event never holds up its recipient or fails a batch;
 //   - a dispatcher killed mid-batch rolls back: its events stay pending and are
 //     published again (duplicates that meshd drops by seq).
 //
@@ -210,7 +216,10 @@ func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
 	defer func() { d.emitRunMetrics(ctx, total) }()
 	var lastErr error
 	lastActive := time.Now()
-	errBackoff := 50 * time.Millisecond
+	// After a failed batch the pause doubles from 50 ms up to
+	// errorBackoffMax, without jitter; progress starts it over.
+	errBackoff := backoff.Policy{Base: 50 * time.Millisecond, Max: errorBackoffMax}
+	failures := 0 // consecutive failed batches
 	// The first batch runs whatever the budget; it is still bounded by work.
 	for first := true; (first || time.Now().Before(stop)) && work.Err() == nil; first = false {
 		st, err := d.RunOnce(work)
@@ -220,8 +229,8 @@ func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
 		case err != nil && work.Err() != nil:
 			return lastErr
 		case err != nil:
-			pause = errBackoff
-			errBackoff = min(errBackoff*2, errorBackoffMax)
+			failures++
+			pause = errBackoff.Delay(failures)
 			if transient(err) {
 				d.Log.Warn("dispatcher batch failed; retrying in this run", "err", err, "retry_in", pause)
 			} else {
@@ -229,16 +238,16 @@ func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
 				d.Log.Error("dispatcher batch failed; retrying in this run", "err", err, "retry_in", pause)
 			}
 		case st.Sent > 0 || st.Undeliverable > 0 || st.DeadLetters > 0:
-			errBackoff = 50 * time.Millisecond
+			failures = 0
 			lastActive = time.Now()
 			continue // more may be waiting: go again at once
 		case st.Failed > 0 && st.Failed == st.Recipients:
 			// Nothing got through (broker unreachable): the recipients are
 			// backed off; pace the retries like any failure.
-			pause = errBackoff
-			errBackoff = min(errBackoff*2, errorBackoffMax)
+			failures++
+			pause = errBackoff.Delay(failures)
 		default:
-			errBackoff = 50 * time.Millisecond
+			failures = 0
 			if idle := time.Since(lastActive); idle > IdleAfter {
 				// Back off smoothly from BusyPoll to IdlePoll as idleness grows.
 				pause = min(BusyPoll*time.Duration(1+(idle-IdleAfter)/IdleAfter), IdlePoll)
@@ -554,18 +563,14 @@ FROM outbox_events WHERE delivery = 'pending' AND recipient = ? ORDER BY seq LIM
 	return out, rows.Err()
 }
 
-// MaxBodyDepth is the deepest JSON nesting of a body the dispatcher
-// publishes: far above what the API accepts (32 levels of content inside a
-// few levels of body structure) and far below what recipients' decoders
-// refuse (Go's 10,000 levels, less the envelope around the body; Python's
-// default recursion limit of 1,000). A stored body past it, or not JSON at
-// all, goes out as an undeliverable placeholder.
-const MaxBodyDepth = 512
-
-// Codes of UndeliverableBody.
+// Codes of UndeliverableBody. Which stored bodies cannot be served is
+// decided by jsonlimit.Unservable, the rule GET /v1/inbox and task reads
+// apply too, so an event is never whole on one path and a placeholder on the
+// other.
 const (
-	UndeliverableUnencodable = "unencodable" // the stored body is not JSON a recipient can decode
-	UndeliverableUnsealable  = "unsealable"  // sealing or encoding the record failed
+	UndeliverableUnencodable = jsonlimit.Unencodable // the stored body is not valid JSON/UTF-8
+	UndeliverableTooDeep     = jsonlimit.TooDeep     // the stored body nests deeper than jsonlimit.MaxServedDepth
+	UndeliverableUnsealable  = "unsealable"          // sealing or encoding the record failed
 )
 
 // buildRecord builds r's Kafka record, or, when r cannot be served as it is,
@@ -573,13 +578,15 @@ const (
 // (placeholder true). The error is set only when not even the placeholder
 // could be built.
 func (d *Dispatcher) buildRecord(r row) (rec *kgo.Record, placeholder bool, err error) {
-	code := UndeliverableUnencodable
-	cause := checkBody(r.body)
-	if cause == nil {
+	var cause error
+	code := jsonlimit.Unservable(r.body)
+	if code == "" {
 		if rec, cause = d.record(r); cause == nil {
 			return rec, false, nil
 		}
 		code = UndeliverableUnsealable
+	} else {
+		cause = fmt.Errorf("stored body cannot be served: %s", code)
 	}
 	d.Log.Error("outbox event cannot be served; publishing an undeliverable placeholder",
 		"recipient", r.env.To, "seq", r.env.Seq, "event_id", r.env.EventID, "type", r.env.Type, "code", code, "err", cause)
@@ -591,34 +598,6 @@ func (d *Dispatcher) buildRecord(r row) (rec *kgo.Record, placeholder bool, err 
 		return nil, false, fmt.Errorf("undeliverable placeholder for seq %d: %w (original: %v)", r.env.Seq, err, cause)
 	}
 	return rec, true, nil
-}
-
-// checkBody reports why a stored body could not be decoded by its recipient.
-func checkBody(body []byte) error {
-	if !json.Valid(body) {
-		return errors.New("body is not valid JSON (or nests deeper than decoders allow)")
-	}
-	depth, deepest := 0, 0
-	inString := false
-	for i := 0; i < len(body); i++ {
-		switch c := body[i]; {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '{' || c == '[':
-			if depth++; depth > deepest {
-				deepest = depth
-			}
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	if deepest > MaxBodyDepth {
-		return fmt.Errorf("body nests %d levels deep, more than %d", deepest, MaxBodyDepth)
-	}
-	return nil
 }
 
 // record builds the Kafka record of envelope v2: key = the recipient's
@@ -678,7 +657,10 @@ func (d *Dispatcher) settle(ctx context.Context, tx *sql.Tx, h holder, rows []ro
 	}
 	st.Failed++
 	head := rows[ok].env
-	msg := truncate(errs[ok].Error(), 500)
+	// last_error is a VARCHAR(500) of utf8mb4: a cut through a character (or
+	// an invalid byte in the error) would make strict mode refuse the UPDATE
+	// and roll back the whole batch, at every run.
+	msg := textlimit.Truncate(strings.ToValidUTF8(errs[ok].Error(), "\uFFFD"), maxErrorBytes)
 	if unreachable(errs[ok]) {
 		attempts := h.attempts
 		if ok > 0 {
@@ -703,18 +685,15 @@ func (d *Dispatcher) settle(ctx context.Context, tx *sql.Tx, h holder, rows []ro
 		_, err := tx.ExecContext(ctx, "UPDATE dispatch_state SET attempts = 0, last_error = ?, next_attempt_at = ? WHERE recipient = ?", msg, now, h.recipient)
 		return err
 	}
-	next := now.Add(d.BaseBackoff << (attempts - 1))
+	next := now.Add(backoff.Policy{Base: d.BaseBackoff}.Delay(attempts))
 	d.Log.Warn("outbox publish failed; recipient backs off", "recipient", h.recipient, "seq", head.Seq, "attempt", attempts, "retry_at", next, "err", msg)
 	_, err := tx.ExecContext(ctx, "UPDATE dispatch_state SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE recipient = ?", attempts, msg, next, h.recipient)
 	return err
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
+// maxErrorBytes bounds a stored last_error (a VARCHAR(500): 500 bytes are at
+// most 500 characters).
+const maxErrorBytes = 500
 
 // ErrNoTopic is returned when the dispatcher has no topic configured.
 var ErrNoTopic = errors.New("dispatch: no Kafka topic configured")

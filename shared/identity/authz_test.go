@@ -129,6 +129,11 @@ type authzRoute struct {
 	// want is the status for self, friend, mate, stranger (agent routes) or
 	// for the admin key (admin routes; agents then get 401).
 	want map[string]int
+	// absent, for a route whose path names an agent, group or request, names
+	// ones that do not exist: a caller refused a real one with 404 must get
+	// the very same answer for those, or the 404 tells "not yours" from
+	// "not there".
+	absent func(w *world) map[string]string
 }
 
 func agentsWant(self_, friend_, mate_, stranger_ int) map[string]int {
@@ -165,25 +170,25 @@ var authzRoutes = []authzRoute{
 	{name: "HeartbeatFunction", params: none, body: fixed(`{"instance_id":"meshd-1","stats":{"handled":3}}`), want: agentsWant(200, 200, 200, 200)},
 	{name: "GoOfflineFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
 	{name: "GetMeFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
-	{name: "GetAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(200, 200, 200, 404)},
+	{name: "GetAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(200, 200, 200, 404), absent: func(*world) map[string]string { return map[string]string{"id": "no-such-agent"} }},
 	{name: "SendFriendRequestFunction", params: none, body: func(w *world, _ string) string {
 		return fmt.Sprintf(`{"to":%q}`, w.T)
 	}, want: agentsWant(422, 409, 201, 201)},
 	{name: "ListFriendRequestsFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
-	{name: "AcceptFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: fixed(""), want: agentsWant(200, 404, 404, 404)},
-	{name: "RejectFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: fixed(""), want: agentsWant(200, 404, 404, 404)},
+	{name: "AcceptFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: fixed(""), want: agentsWant(200, 404, 404, 404), absent: func(*world) map[string]string { return map[string]string{"id": "999999999"} }},
+	{name: "RejectFriendRequestFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.R} }, body: fixed(""), want: agentsWant(200, 404, 404, 404), absent: func(*world) map[string]string { return map[string]string{"id": "999999999"} }},
 	{name: "ListFriendsFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
-	{name: "RemoveFriendFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(404, 204, 404, 404)},
+	{name: "RemoveFriendFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(404, 204, 404, 404), absent: func(*world) map[string]string { return map[string]string{"id": "no-such-agent"} }},
 	{name: "BlockAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(422, 204, 204, 204)},
 	{name: "UnblockAgentFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.T} }, body: fixed(""), want: agentsWant(204, 204, 204, 204)},
 	{name: "ListBlocksFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
 	{name: "CreateGroupFunction", params: none, body: fixed(`{"name":"reviewers"}`), want: agentsWant(201, 201, 201, 201)},
 	{name: "ListGroupsFunction", params: none, body: fixed(""), want: agentsWant(200, 200, 200, 200)},
-	{name: "GetRosterFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G} }, body: fixed(""), want: agentsWant(200, 404, 200, 404)},
+	{name: "GetRosterFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G} }, body: fixed(""), want: agentsWant(200, 404, 200, 404), absent: func(*world) map[string]string { return map[string]string{"id": "no-such-group"} }},
 	{name: "AddGroupMemberFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G} }, body: func(w *world, _ string) string {
 		return fmt.Sprintf(`{"agent_id":%q}`, w.F)
-	}, want: agentsWant(201, 404, 403, 404)},
-	{name: "RemoveGroupMemberFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G, "agent": w.M} }, body: fixed(""), want: agentsWant(204, 404, 204, 404)},
+	}, want: agentsWant(201, 404, 403, 404), absent: func(*world) map[string]string { return map[string]string{"id": "no-such-group"} }},
+	{name: "RemoveGroupMemberFunction", params: func(w *world) map[string]string { return map[string]string{"id": w.G, "agent": w.M} }, body: fixed(""), want: agentsWant(204, 404, 204, 404), absent: func(w *world) map[string]string { return map[string]string{"id": "no-such-group", "agent": w.M} }},
 }
 
 func flip(c byte) string {
@@ -291,6 +296,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 					}
 					if after := snapshot(t, s); after != before {
 						t.Errorf("a refused request changed the database:\nbefore %s\nafter  %s", before, after)
+					}
+					if want == 404 && r.absent != nil {
+						ev := apiEvent(routes[r.name], r.absent(w), r.query, w.auth[caller], r.body(w, caller))
+						ev.RequestContext.HTTP.SourceIP = fmt.Sprintf("2001:db8::%x", n)
+						if got := invoke(t, s, r.name, ev); got.StatusCode != resp.StatusCode || got.Body != resp.Body {
+							t.Errorf("a real id another agent may not see answers %d %s, a missing one %d %s: they must not differ",
+								resp.StatusCode, resp.Body, got.StatusCode, got.Body)
+						}
 					}
 					return
 				}

@@ -4,28 +4,84 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 )
 
 // CanCommunicate reports whether from may send to to: they are friends or
 // share a group, and neither has blocked the other. An agent is neither its
-// own friend nor its own group mate, so from == to is false. q may be a
-// transaction, so the check and the write see the same snapshot.
+// own friend nor its own group mate, so from == to is false.
+//
+// When q is the transaction of a send, the answer holds until that
+// transaction ends, so a send racing a block, an unfriend or a group exit is
+// either refused or committed before it, never after:
+//   - the agents rows of both are share-locked first (LockAgents, in the key
+//     order of lockPair), so a block, which locks both rows exclusively
+//     before it writes, waits for the send or makes it wait;
+//   - every read is a locking read, which sees the latest committed rows
+//     (not the transaction's snapshot) and holds the friendship and
+//     membership rows it found, so an unfriend or a group exit waits for the
+//     send.
+//
+// Outside a transaction (a profile read) each lock lasts one statement.
 func CanCommunicate(ctx context.Context, q Querier, from, to string) (bool, error) {
 	if from == to {
 		return false, nil
 	}
-	var ok bool
-	err := q.QueryRowContext(ctx, `SELECT
-  (EXISTS (SELECT 1 FROM friendships WHERE agent_id = ? AND friend_id = ?)
-   OR EXISTS (SELECT 1 FROM group_members a JOIN group_members b ON b.group_id = a.group_id
-      WHERE a.agent_id = ? AND b.agent_id = ?))
-  AND NOT EXISTS (SELECT 1 FROM agent_blocks WHERE (agent_id = ? AND blocked_id = ?) OR (agent_id = ? AND blocked_id = ?))`,
-		from, to, from, to, to, from, from, to).Scan(&ok)
-	return ok, err
+	if err := LockAgents(ctx, q, []string{from, to}); err != nil {
+		return false, err
+	}
+	var blocked bool
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM agent_blocks
+WHERE (agent_id = ? AND blocked_id = ?) OR (agent_id = ? AND blocked_id = ?) LOCK IN SHARE MODE`,
+		from, to, to, from).Scan(&blocked); err != nil || blocked {
+		return false, err
+	}
+	var friends bool
+	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) > 0 FROM friendships WHERE agent_id = ? AND friend_id = ? LOCK IN SHARE MODE",
+		from, to).Scan(&friends); err != nil || friends {
+		return friends, err
+	}
+	var mates bool
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM group_members a JOIN group_members b ON b.group_id = a.group_id
+WHERE a.agent_id = ? AND b.agent_id = ? LOCK IN SHARE MODE`, from, to).Scan(&mates)
+	return mates, err
+}
+
+// maxLockChunk bounds the IN list of one LockAgents statement.
+const maxLockChunk = 500
+
+// LockAgents share-locks the agents rows of ids (sorted in place) in
+// ascending key order, the order lockPair takes them exclusively and
+// outbox.Append share-locks recipients in. A write that relies on the
+// relationships of these agents takes them first, before any other locking
+// read of the graph: a block locks both its agents rows before it writes
+// any row of the graph, so waiting for it here cannot close a cycle.
+func LockAgents(ctx context.Context, q Querier, ids []string) error {
+	sort.Strings(ids)
+	for start := 0; start < len(ids); start += maxLockChunk {
+		chunk := ids[start:min(start+maxLockChunk, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := q.QueryContext(ctx, "SELECT agent_id FROM agents WHERE agent_id IN ("+mysql.Placeholders(len(chunk))+
+			") ORDER BY agent_id LOCK IN SHARE MODE", args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() { // the locks are the point, not the ids
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Friend is one entry of a friends list, with the friend's presence.

@@ -87,3 +87,27 @@ func TestStrictFindsRepeatedKeysAtEveryDepth(t *testing.T) {
 		}
 	})
 }
+
+func TestUnservable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"a plain object is served", `{"text":"hi"}`, ""},
+		{"multi-byte characters are served", `{"text":"héllo ☃ 😀"}`, ""},
+		{"a body at the served depth is served", nested(MaxServedDepth), ""},
+		{"a body one level deeper is too deep", nested(MaxServedDepth + 1), TooDeep},
+		{"a body past any decoder's limit is too deep, not unencodable", nested(20000), TooDeep},
+		{"invalid UTF-8 inside a string is unencodable", "{\"text\":\"\xff\"}", Unencodable},
+		{"a multi-byte character cut short is unencodable", "{\"text\":\"\xe2\x98\"}", Unencodable},
+		{"a text that is not JSON is unencodable", `{"text":`, Unencodable},
+		{"an empty text is unencodable", ``, Unencodable},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Unservable([]byte(c.in)); got != c.want {
+				t.Errorf("Unservable(%.40q) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}

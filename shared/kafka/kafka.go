@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/aws"
+
+	"github.com/agentmesh/agentmesh/shared/backoff"
 )
 
 // Auth modes.
@@ -30,6 +32,10 @@ type Options struct {
 	Brokers []string
 	Auth    string
 }
+
+// produceRetry spaces the client's own retries of a request: short, since
+// the dispatcher bounds every publish and retries the rest itself.
+var produceRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 500 * time.Millisecond}
 
 // ClientOpts returns the franz-go options for connecting with o.
 func (o Options) ClientOpts(ctx context.Context) ([]kgo.Opt, error) {
@@ -89,7 +95,7 @@ func NewProducer(ctx context.Context, o Options, topic string) (*kgo.Client, err
 		kgo.AllowIdempotentProduceCancellation(),
 		// Retries (and so cancellations, and reconnecting once a broker is
 		// back) happen at most half a second apart instead of 2.5 s.
-		kgo.RetryBackoffFn(func(tries int) time.Duration { return min(100*time.Millisecond<<min(tries, 3), 500*time.Millisecond) }),
+		kgo.RetryBackoffFn(func(tries int) time.Duration { return produceRetry.Delay(tries + 1) }),
 		kgo.ProducerLinger(0),
 	)
 	return kgo.NewClient(opts...)

@@ -12,8 +12,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
-	"github.com/agentmesh/agentmesh/shared/localstack"
 	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/samtemplate"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
@@ -105,11 +105,11 @@ func wire(t *testing.T, v any) int {
 // bound is computed from the limits the code enforces. A new list route
 // without a bound, or a limit raised past what fits, fails this test.
 func TestNoRouteCanAnswerMoreThanALambdaResponse(t *testing.T) {
-	root, err := localstack.FindRepoRoot(".")
+	root, err := samtemplate.FindRepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := localstack.LoadTemplate(root + "/template.yaml")
+	tpl, err := samtemplate.Load(root + "/template.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,20 +21,22 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/samtemplate"
 )
 
 // repoTemplate loads the repository's template.yaml.
-func repoTemplate(t *testing.T) (*Template, string) {
+func repoTemplate(t *testing.T) (*samtemplate.Template, string) {
 	t.Helper()
-	root, err := FindRepoRoot(".")
+	root, err := samtemplate.FindRepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := LoadTemplate(filepath.Join(root, "template.yaml"))
+	tpl, err := samtemplate.Load(filepath.Join(root, "template.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func decodeStrict(b []byte, v any) error {
 
 func TestSampleEventsAreRealEventsOfTheirFunction(t *testing.T) {
 	tpl, root := repoTemplate(t)
-	router, err := NewRouter(tpl)
+	router, err := apigwlocal.NewRouter(tpl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +152,9 @@ func TestSampleEventsAreRealEventsOfTheirFunction(t *testing.T) {
 	}
 }
 
-func checkHTTPEvent(t *testing.T, f Function, router *Router, ev events.APIGatewayV2HTTPRequest) {
+func checkHTTPEvent(t *testing.T, f samtemplate.Function, router *apigwlocal.Router, ev events.APIGatewayV2HTTPRequest) {
 	t.Helper()
-	var route *Route
+	var route *samtemplate.Route
 	for i := range f.Routes {
 		if f.Routes[i].Key() == ev.RouteKey {
 			route = &f.Routes[i]
@@ -267,7 +269,7 @@ func TestRegistryServesExactlyTheTemplatesRoutesAndSchedules(t *testing.T) {
 	t.Run("the routes are the template's", func(t *testing.T) { diffSets(t, "route", gotRoutes, wantRoutes) })
 	t.Run("the schedules are the template's", func(t *testing.T) { diffSets(t, "schedule", gotSchedules, wantSchedules) })
 	t.Run("Check agrees", func(t *testing.T) {
-		if err := tpl.Check(reg); err != nil {
+		if err := reg.Check(tpl); err != nil {
 			t.Error(err)
 		}
 	})

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/localstack"
+	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
@@ -100,7 +100,7 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- (&localstack.Stack{Template: st.Template, Registry: st.Registry}).Serve(ctx, ln)
+		served <- (&apigwlocal.Stack{Template: st.Template, Registry: st.Registry}).Serve(ctx, ln)
 	}()
 	defer func() { cancel(); <-served }()
 

@@ -34,11 +34,11 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
-	"github.com/agentmesh/agentmesh/shared/localstack"
 	"github.com/agentmesh/agentmesh/shared/localstack/localstacktest"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
@@ -434,7 +434,7 @@ func TestOpenAPIDescribesTheRealRequestsAndResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	down.DB.Close()
-	downSrv, err := localstack.NewServer(tpl, map[string]httpapi.LambdaHandler{"HealthFunction": down.HTTP(down.Endpoints().Must("HealthFunction"))}, nil)
+	downSrv, err := apigwlocal.NewServer(tpl, map[string]httpapi.LambdaHandler{"HealthFunction": down.HTTP(down.Endpoints().Must("HealthFunction"))}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func sortedStatuses(m map[int]bool) []int {
 }
 
 // runScenario hits every route with successes and errors.
-func runScenario(t *testing.T, c *conformance, reg localstack.Registry, cfg config.Config, adminKey string, db *mysql.DB) {
+func runScenario(t *testing.T, c *conformance, reg apigwlocal.Registry, cfg config.Config, adminKey string, db *mysql.DB) {
 	admin := "Bearer " + adminKey
 	text := func(s string) []map[string]any { return []map[string]any{{"kind": "text", "text": s}} }
 

@@ -1,14 +1,22 @@
+// Package localstack wires the mesh for running on one machine: it says
+// which handler and which scheduled job of the mesh serves each function of
+// template.yaml (NewRegistry), and it keeps the local mesh's generated
+// secrets (LoadSecrets). cmd/meshlocal (make run) and localstacktest serve
+// that registry through apigwlocal, the API Gateway and EventBridge
+// emulator, over the functions samtemplate reads from template.yaml.
 package localstack
 
 import (
 	"fmt"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/console"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 	"github.com/agentmesh/agentmesh/shared/tracing"
 )
@@ -17,15 +25,25 @@ import (
 type Deps struct {
 	// Dispatcher drains the outbox into Kafka (DispatcherFunction).
 	Dispatcher *dispatch.Dispatcher
+	// Metrics receives the CloudWatch (EMF) lines of the handlers and jobs;
+	// nil leaves each at its default (metrics.Default, stdout). The
+	// dispatcher's own sink is the caller's to set.
+	Metrics *metrics.Sink
+}
+
+// Replaced lists the template functions the local stack does not run,
+// with what it does instead.
+var Replaced = map[string]string{
+	"MigrateFunction": "meshlocal applies the embedded migrations itself before serving",
 }
 
 // NewRegistry is the one place that says which handler and which job the
 // local stack runs for each function of template.yaml. It collects the same
 // exported maps the Lambda binaries pick their handler from, so the local
-// stack and AWS run identical code; TestRegistryMatchesTemplate keeps it equal
+// stack and AWS run identical code; TestRegistryServesExactlyTheTemplatesRoutesAndSchedules keeps it equal
 // to the template.
-func NewRegistry(env *app.Env, deps Deps) (Registry, error) {
-	reg := Registry{HTTP: map[string]httpapi.LambdaHandler{}, Jobs: app.Jobs{}}
+func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
+	reg := apigwlocal.Registry{HTTP: map[string]httpapi.LambdaHandler{}, Jobs: app.Jobs{}, Replaced: Replaced}
 	var dup []string
 	addHTTP := func(eps httpapi.Endpoints) {
 		for id, ep := range eps {
@@ -43,6 +61,10 @@ func NewRegistry(env *app.Env, deps Deps) (Registry, error) {
 	}
 
 	ts := tasks.New(env)
+	if deps.Metrics != nil {
+		// tasks.New has already defaulted both sinks.
+		ts.Metrics, ts.Inbox.Metrics = deps.Metrics, deps.Metrics
+	}
 	acc := accounts.New(env.Identity, ts)
 	addHTTP(env.Endpoints())
 	addHTTP(identity.Endpoints(env.Identity))
@@ -65,7 +87,7 @@ func NewRegistry(env *app.Env, deps Deps) (Registry, error) {
 	}
 
 	if len(dup) > 0 {
-		return Registry{}, fmt.Errorf("localstack: functions registered twice: %v", dup)
+		return apigwlocal.Registry{}, fmt.Errorf("localstack: functions registered twice: %v", dup)
 	}
 	return reg, nil
 }

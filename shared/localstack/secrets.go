@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/agentmesh/agentmesh/shared/config"
+	"github.com/agentmesh/agentmesh/shared/statedir"
 )
 
 // Secrets are the local mesh's keys. Generated ones are kept in a 0600 file
@@ -84,19 +85,17 @@ func LoadSecrets(path string, getenv func(string) string) (Secrets, error) {
 	return s, nil
 }
 
+// writeSecrets stores s atomically, owner-only from the first byte: neither a
+// leftover temp file nor an older, wider file can lend the keys its mode.
 func writeSecrets(path string, s Secrets) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := statedir.Make(filepath.Dir(path)); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return statedir.WriteFile(path, append(b, '\n'), 0o600)
 }
 
 func randomBytes(n int) []byte {

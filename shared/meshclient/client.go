@@ -1,27 +1,45 @@
 // Package meshclient is the Go client of the Agent Mesh HTTP API (v1) used by
 // meshd and by anything else that acts as an agent.
 //
-// It exchanges the agent's API key for a JWT and keeps it fresh, retries what
-// is safe to retry (network errors, 5xx and 429 honoring Retry-After, with
-// capped jittered backoff bounded by the context), and decodes every API
-// error (application/problem+json) into a typed *APIError.
+// It exchanges the agent's API key for a JWT and keeps it fresh (concurrent
+// callers share one fetch, each bounded by its own context), and decodes
+// every API error (application/problem+json) into a typed *APIError.
 //
-// Writes that create events are made idempotent by a client-minted
-// message_id: Send and Reply mint it BEFORE the first attempt and reuse it on
-// every retry, so a retried request never creates a second event.
+// Retries. A failed attempt is retried after a capped, jittered exponential
+// pause (RetryPolicy) until MaxAttempts, the context's deadline or, when the
+// context has none, MaxElapsed; a pause that would outlast the deadline is
+// not taken and the last error is returned. What is retried:
+//   - 429, always, after at least its Retry-After: the server refused the
+//     request before doing anything;
+//   - a connection that could not be made (a dial error): the request never
+//     reached the server;
+//   - 5xx (after at least any Retry-After) and every other transport error
+//     (reset, cut answer, attempt timeout) only for a call that is safe to
+//     repeat, which is every call except CreateGroup;
+//   - 401 on an authenticated call, once, with a fresh token.
+//
+// Every other 4xx (408 included) and an answer that does not decode are
+// returned at once.
+//
+// Writes are safe to repeat either by nature (a heartbeat, going offline,
+// friend requests, blocks, group members) or by a message_id: Send, Reply,
+// UpdateStatus, SendGroup and AddArtifact mint one before the first attempt
+// (unless the caller gave one) and reuse it on every retry, and the server
+// records one event per message_id, so a retried write never creates a
+// second event. A caller that repeats such a call itself keeps that
+// guarantee only by passing the same message_id again.
 package meshclient
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentmesh/agentmesh/shared/api"
+	"github.com/agentmesh/agentmesh/shared/backoff"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -49,10 +67,15 @@ type Client struct {
 	log       *slog.Logger
 	onRetry   func(RetryNotice)
 
-	mu     sync.Mutex // guards tok and tokExp; held while fetching so refreshes coalesce
-	tok    *Token
-	tokExp time.Time
-	tokTTL time.Duration
+	// mu guards the cached token and the fetch in flight; it is never held
+	// across a network call.
+	mu       sync.Mutex
+	tok      *Token
+	tokExp   time.Time
+	tokTTL   time.Duration
+	tokGen   uint64      // the generation of the fetch that stored tok
+	fetching *tokenFetch // the fetch callers join, or nil
+	fetches  uint64      // fetches started, numbering their generations
 }
 
 // RetryPolicy bounds retries of one call.
@@ -145,95 +168,126 @@ func (c *Client) BaseURL() string {
 }
 
 // KafkaInfo says where the agent's inbox topic is and how to authenticate.
-type KafkaInfo struct {
-	Brokers []string `json:"brokers"`
-	Topic   string   `json:"topic"`
-	Auth    string   `json:"auth"`
-}
+type KafkaInfo = api.KafkaInfo
 
 // Token is the answer of POST /v1/auth/token. Token and the inbox keys are
 // secrets: the type's String and LogValue redact them.
-type Token struct {
-	Token     string `json:"token"`
-	TokenType string `json:"token_type,omitempty"`
-	ExpiresIn int    `json:"expires_in"`
-	AgentID   string `json:"agent_id"`
-	// RoutingID is the agent's opaque record key on the inbox topic.
-	RoutingID string `json:"routing_id"`
-	// InboxKeys are the agent's keys of every epoch still in retention,
-	// oldest first; the last is the current one.
-	InboxKeys []InboxKey `json:"inbox_keys"`
-	Kafka     KafkaInfo  `json:"kafka"`
-}
+type Token = api.TokenResponse
 
 // InboxKey is the agent's AES-256-GCM key (base64 of 32 bytes) for the
 // records sealed under KeyEpoch.
-type InboxKey struct {
-	KeyEpoch int    `json:"key_epoch"`
-	Key      string `json:"key"`
-}
-
-// Keys decodes the inbox keys by epoch, as seal.OpenEvent takes them.
-func (t Token) Keys() (map[int][]byte, error) {
-	if len(t.InboxKeys) == 0 {
-		return nil, errors.New("meshclient: the token response holds no inbox key")
-	}
-	out := make(map[int][]byte, len(t.InboxKeys))
-	for _, k := range t.InboxKeys {
-		b, err := base64.StdEncoding.DecodeString(k.Key)
-		if err != nil || len(b) != 32 || k.KeyEpoch < 1 {
-			return nil, errors.New("meshclient: an inbox key is not base64 of 32 bytes with an epoch from 1")
-		}
-		out[k.KeyEpoch] = b
-	}
-	return out, nil
-}
-
-// KeyEpoch is the agent's current inbox key epoch: the newest the token
-// holds a key for (0 without keys).
-func (t Token) KeyEpoch() int {
-	e := 0
-	for _, k := range t.InboxKeys {
-		e = max(e, k.KeyEpoch)
-	}
-	return e
-}
-
-// String redacts the secrets.
-func (t Token) String() string {
-	return fmt.Sprintf("Token{agent_id:%s key_epoch:%d inbox_keys:%d expires_in:%d token:[redacted] keys:[redacted]}", t.AgentID, t.KeyEpoch(), len(t.InboxKeys), t.ExpiresIn)
-}
-
-// LogValue redacts the secrets in structured logs.
-func (t Token) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("agent_id", t.AgentID), slog.Int("key_epoch", t.KeyEpoch()), slog.Int("expires_in", t.ExpiresIn))
-}
+type InboxKey = api.InboxKey
 
 // refreshMargin is how long before expiry a cached token is replaced.
 const refreshMargin = 5 * time.Minute
 
 // Token returns the cached token, fetching a new one when there is none or
 // it expires within 5 minutes (or within half its lifetime, for short-lived
-// tokens).
+// tokens). Concurrent callers share one fetch; each waits only as long as its
+// own ctx allows and then returns ctx.Err(), while the fetch goes on for the
+// callers still waiting.
 func (c *Client) Token(ctx context.Context) (Token, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	margin := min(refreshMargin, c.tokTTL/2)
 	if c.tok != nil && c.clock().Add(margin).Before(c.tokExp) {
-		return *c.tok, nil
+		t := *c.tok
+		c.mu.Unlock()
+		return t, nil
 	}
-	return c.fetchTokenLocked(ctx)
+	if err := ctx.Err(); err != nil {
+		c.mu.Unlock()
+		return Token{}, err
+	}
+	f := c.fetching
+	if f == nil {
+		f = c.startFetchLocked(ctx)
+	}
+	return c.awaitFetchLocked(ctx, f)
 }
 
 // RefreshToken drops the cached token and fetches a new one (e.g. after the
-// agent's key epoch changed).
+// agent's key epoch changed). It does not join a fetch already in flight,
+// which may have been answered before the change; callers arriving later
+// join this one.
 func (c *Client) RefreshToken(ctx context.Context) (Token, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.fetchTokenLocked(ctx)
+	c.tok = nil
+	if err := ctx.Err(); err != nil {
+		c.mu.Unlock()
+		return Token{}, err
+	}
+	return c.awaitFetchLocked(ctx, c.startFetchLocked(ctx))
 }
 
-func (c *Client) fetchTokenLocked(ctx context.Context) (Token, error) {
+// tokenFetch is one POST /v1/auth/token shared by every caller waiting for
+// it. It runs detached from any one caller's cancellation and is cancelled
+// when its last waiter gives up, so a fetch nobody waits for does not retry
+// on for minutes. golang.org/x/sync/singleflight shares a call the same way
+// but cannot cancel it when every caller has left, hence this small copy.
+type tokenFetch struct {
+	gen     uint64
+	done    chan struct{} // closed once tok and err are set
+	tok     Token
+	err     error
+	waiters int // guarded by Client.mu
+	cancel  context.CancelFunc
+}
+
+// startFetchLocked starts a fetch that callers arriving from now on join.
+// ctx lends the fetch its values, not its cancellation or deadline. c.mu
+// must be held.
+func (c *Client) startFetchLocked(ctx context.Context) *tokenFetch {
+	c.fetches++
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f := &tokenFetch{gen: c.fetches, done: make(chan struct{}), cancel: cancel}
+	c.fetching = f
+	go func() {
+		defer cancel()
+		tok, err := c.fetchToken(fctx)
+		c.mu.Lock()
+		// A refresh started after this fetch may have stored a newer token
+		// already: an older answer must not replace it.
+		if err == nil && f.gen > c.tokGen {
+			c.tok, c.tokGen = &tok, f.gen
+			c.tokTTL = time.Duration(tok.ExpiresIn) * time.Second
+			c.tokExp = c.clock().Add(c.tokTTL)
+		}
+		if c.fetching == f {
+			c.fetching = nil
+		}
+		f.tok, f.err = tok, err
+		c.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}
+
+// awaitFetchLocked waits for f or for ctx, whichever ends first. It is
+// called with c.mu held and releases it before waiting.
+func (c *Client) awaitFetchLocked(ctx context.Context, f *tokenFetch) (Token, error) {
+	f.waiters++
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.tok, f.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			// Nobody waits any more: stop the fetch, and let the next
+			// caller start a fresh one rather than join a cancelled one.
+			f.cancel()
+			if c.fetching == f {
+				c.fetching = nil
+			}
+		}
+		c.mu.Unlock()
+		return Token{}, ctx.Err()
+	}
+}
+
+// fetchToken asks the API for a token; it touches no client state.
+func (c *Client) fetchToken(ctx context.Context) (Token, error) {
 	if c.apiKey == "" {
 		return Token{}, errors.New("meshclient: no API key configured")
 	}
@@ -248,9 +302,6 @@ func (c *Client) fetchTokenLocked(ctx context.Context) (Token, error) {
 	if _, err := t.Keys(); err != nil {
 		return Token{}, err
 	}
-	c.tok = &t
-	c.tokTTL = time.Duration(t.ExpiresIn) * time.Second
-	c.tokExp = c.clock().Add(c.tokTTL)
 	return t, nil
 }
 
@@ -269,22 +320,11 @@ func (c *Client) dropToken(stale string) {
 func NewMessageID() string { return uuid.NewString() }
 
 // SendRequest is POST /v1/messages. MessageID is minted by Send when empty.
-type SendRequest struct {
-	To        string      `json:"to"`
-	Parts     []mesh.Part `json:"parts"`
-	MessageID string      `json:"message_id,omitempty"`
-	TaskID    string      `json:"task_id,omitempty"`
-	ContextID string      `json:"context_id,omitempty"`
-}
+type SendRequest = api.SendRequest
 
 // SendResult identifies the message a write created (or, for a retried
 // write, the one it had created).
-type SendResult struct {
-	TaskID    string `json:"task_id"`
-	MessageID string `json:"message_id"`
-	ContextID string `json:"context_id,omitempty"`
-	Status    string `json:"status,omitempty"` // the task's state after the write
-}
+type SendResult = api.SendResult
 
 // Send sends a message to another agent (mesh_send_message). A retry reuses
 // the same message_id, so the server creates at most one message.
@@ -302,10 +342,7 @@ func (c *Client) Send(ctx context.Context, req SendRequest) (SendResult, error) 
 
 // ReplyRequest is POST /v1/tasks/{id}/messages. MessageID is minted by Reply
 // when empty.
-type ReplyRequest struct {
-	Parts     []mesh.Part `json:"parts"`
-	MessageID string      `json:"message_id,omitempty"`
-}
+type ReplyRequest = api.ReplyRequest
 
 // Reply adds a message to a task the agent takes part in (mesh_reply),
 // retried with one message_id like Send.
@@ -329,26 +366,13 @@ func (c *Client) Reply(ctx context.Context, taskID string, req ReplyRequest) (Se
 
 // StatusRequest is POST /v1/tasks/{id}/status. MessageID is minted by
 // UpdateStatus when empty, so a retried move is applied once.
-type StatusRequest struct {
-	Status    string `json:"status"`
-	MessageID string `json:"message_id,omitempty"`
-	// Message is an optional note stored with the move and carried in the
-	// status event (e.g. the question of input-required).
-	Message *StatusMessage `json:"message,omitempty"`
-}
+type StatusRequest = api.StatusRequest
 
 // StatusMessage is the optional note of a status move.
-type StatusMessage struct {
-	Parts []mesh.Part `json:"parts"`
-}
+type StatusMessage = api.StatusNote
 
 // StatusResult is the answer of a status move.
-type StatusResult struct {
-	TaskID         string `json:"task_id"`
-	Status         string `json:"status"`
-	PreviousStatus string `json:"previous_status,omitempty"`
-	MessageID      string `json:"message_id"`
-}
+type StatusResult = api.StatusResult
 
 // UpdateStatus moves a task's state machine; an illegal move is an *APIError
 // with status 409. Retried with one message_id like Send.
@@ -366,11 +390,7 @@ func (c *Client) UpdateStatus(ctx context.Context, taskID string, req StatusRequ
 
 // InboxPage is one page of GET /v1/inbox: events in seq order with the body
 // opened, the cursor for the next call and the oldest seq retention holds.
-type InboxPage struct {
-	Events    []mesh.Envelope `json:"events"`
-	NextAfter int64           `json:"next_after"`
-	OldestSeq int64           `json:"oldest_seq"`
-}
+type InboxPage = api.InboxPage
 
 // MaxInboxWait is the longest long-poll the API honors.
 const MaxInboxWait = 20 * time.Second
@@ -396,11 +416,7 @@ func (c *Client) Inbox(ctx context.Context, after int64, limit int, wait time.Du
 // HeartbeatResult is the answer of a heartbeat: the agent's presence, the
 // newest seq of its inbox (lets meshd notice a missing newest event) and
 // its inbox key epoch (when it moves, a new token brings the new key).
-type HeartbeatResult struct {
-	Status   string `json:"status"`
-	LastSeq  int64  `json:"last_seq"`
-	KeyEpoch int    `json:"key_epoch"`
-}
+type HeartbeatResult = api.HeartbeatResult
 
 // Heartbeat reports the agent alive from instanceID (random per meshd start);
 // stats, when non-nil, is sent as the optional stats object.
@@ -476,9 +492,9 @@ type call struct {
 	body         any
 	auth         bool
 	// retry: safe to repeat after an ambiguous failure (idempotent or
-	// protected by message_id); every call of this API is. An unsafe call
-	// would still retry on 429 and on connections that never reached the
-	// server.
+	// protected by message_id); every call but CreateGroup is. An unsafe
+	// call is still retried on 429 and on connections that never reached
+	// the server.
 	retry bool
 	// longPoll is how long the server may legitimately hold the request.
 	longPoll time.Duration
@@ -533,24 +549,17 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		if !retryable || (c.retry.MaxAttempts > 0 && attempt >= c.retry.MaxAttempts) {
 			return err
 		}
-		backoff := c.backoff(attempt)
-		if wait > backoff {
-			backoff = wait
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < backoff {
+		pause := max(c.backoff(attempt), wait)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause {
 			return err // sleeping would outlive the caller's deadline
 		}
-		c.log.Debug("mesh API call will be retried", "method", cl.method, "path", cl.path, "attempt", attempt, "backoff", backoff, "err", err)
+		c.log.Debug("mesh API call will be retried", "method", cl.method, "path", cl.path, "attempt", attempt, "backoff", pause, "err", err)
 		if c.onRetry != nil {
 			var ae *APIError
-			c.onRetry(RetryNotice{Method: cl.method, Path: cl.path, Attempt: attempt, Wait: backoff, Err: err, Unreachable: !errors.As(err, &ae)})
+			c.onRetry(RetryNotice{Method: cl.method, Path: cl.path, Attempt: attempt, Wait: pause, Err: err, Unreachable: !errors.As(err, &ae)})
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Wait(ctx, pause) {
 			return err
-		case <-t.C:
 		}
 	}
 }
@@ -581,19 +590,13 @@ func (c *Client) retryable(err error, safe bool) (time.Duration, bool) {
 }
 
 func (c *Client) backoff(attempt int) time.Duration {
-	d := c.retry.Base
-	if d <= 0 {
-		d = 100 * time.Millisecond
+	base := c.retry.Base
+	if base <= 0 {
+		base = 100 * time.Millisecond
 	}
-	for i := 1; i < attempt && (c.retry.Max <= 0 || d < c.retry.Max); i++ {
-		d *= 2
-	}
-	if c.retry.Max > 0 && d > c.retry.Max {
-		d = c.retry.Max
-	}
-	half := int64(d / 2)
-	n, _ := rand.Int(rand.Reader, big.NewInt(half+1))
-	return time.Duration(half + n.Int64())
+	// Half of each wait is random, so clients cut off together do not come
+	// back together.
+	return backoff.Policy{Base: base, Max: c.retry.Max, Jitter: 0.5}.Delay(attempt)
 }
 
 type decodeError struct{ err error }

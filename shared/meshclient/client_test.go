@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -33,13 +34,63 @@ type fakeAPI struct {
 	routes    map[string]http.HandlerFunc
 	calls     map[string]int
 	bodies    map[string][]string
+	// tokenGate, when set, runs before a token is issued: a test holds
+	// the fetch there.
+	tokenGate func(r *http.Request)
+}
+
+func newFake(t *testing.T) *fakeAPI {
+	return &fakeAPI{t: t, ttl: 3600, acceptAny: true, routes: map[string]http.HandlerFunc{}, calls: map[string]int{}, bodies: map[string][]string{}}
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
-	f := &fakeAPI{t: t, ttl: 3600, acceptAny: true, routes: map[string]http.HandlerFunc{}, calls: map[string]int{}, bodies: map[string][]string{}}
+	f := newFake(t)
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, srv
+}
+
+// inProcess is a transport that serves each request with h in goroutines of
+// the test, without a network, so the test can run under testing/synctest
+// and its timing is exact.
+type inProcess struct{ h http.Handler }
+
+func (p inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	sreq := req.Clone(req.Context()) // as a server sees it: never a nil body
+	if sreq.Body == nil {
+		sreq.Body = http.NoBody
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.h.ServeHTTP(rec, sreq)
+	}()
+	select {
+	case <-done:
+		return rec.Result(), nil
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+}
+
+// inProcessClient is a client of f through inProcess.
+func inProcessClient(f *fakeAPI, opts ...Option) *Client {
+	return New("http://mesh.test", "amk_good", append([]Option{WithHTTPClient(&http.Client{Transport: inProcess{f}})}, opts...)...)
+}
+
+// waitFor fails the test if ch yields nothing within a generous deadline:
+// reaching it means the code under test is stuck.
+func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("stuck: %s did not happen within 30 s", what)
+		var zero T
+		return zero
+	}
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +107,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if json.Unmarshal(body, &req) != nil || req.APIKey != "amk_good" {
 			problem(w, 401, "invalid_api_key", "bad key")
 			return
+		}
+		f.mu.Lock()
+		gate := f.tokenGate
+		f.mu.Unlock()
+		if gate != nil {
+			gate(r)
 		}
 		f.mu.Lock()
 		f.issued++
@@ -146,15 +203,22 @@ func TestSendMintsOneMessageIDAndReusesItOnEveryRetry(t *testing.T) {
 			writeJSON(w, 202, SendResult{TaskID: "task-1", MessageID: req.MessageID, ContextID: "ctx-1"})
 		},
 	)
-	c := New(srv.URL, "amk_good", fastRetry())
-	start := time.Now()
+	var mu sync.Mutex
+	var notices []RetryNotice
+	c := New(srv.URL, "amk_good", fastRetry(), WithRetryNotify(func(n RetryNotice) {
+		mu.Lock()
+		defer mu.Unlock()
+		notices = append(notices, n)
+	}))
 	res, err := c.Send(context.Background(), SendRequest{To: "bob", Parts: []mesh.Part{{Kind: "text", Text: "hi"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if elapsed := time.Since(start); elapsed < time.Second {
-		t.Errorf("Retry-After: 1 was not honored: the call took %v", elapsed)
+	mu.Lock()
+	if len(notices) != 3 || !IsStatus(notices[2].Err, 429) || notices[2].Wait < time.Second {
+		t.Errorf("Retry-After: 1 was not honored: the pause after the 429 was not at least 1 s: %+v", notices)
 	}
+	mu.Unlock()
 	bodies := f.sent("POST /v1/messages")
 	if len(bodies) != 4 {
 		t.Fatalf("want 4 attempts, got %d", len(bodies))
@@ -440,56 +504,214 @@ func TestSecretsNeverReachLogs(t *testing.T) {
 }
 
 func TestRetriesStopAtTheContextDeadline(t *testing.T) {
-	f, srv := newFakeAPI(t)
-	f.routes["GET /v1/inbox"] = func(w http.ResponseWriter, r *http.Request) { problem(w, 503, "unavailable", "down") }
-	c := New(srv.URL, "amk_good", WithRetry(RetryPolicy{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}))
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := c.Inbox(ctx, 0, 0, 0)
-	if !IsStatus(err, 503) {
-		t.Fatalf("want the last 503, got %v", err)
-	}
-	if elapsed := time.Since(start); elapsed > 600*time.Millisecond {
-		t.Errorf("retried past the deadline: %v", elapsed)
-	}
-	if n := f.count("GET /v1/inbox"); n < 3 {
-		t.Errorf("only %d attempts before the deadline", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(t)
+		f.routes["GET /v1/inbox"] = func(w http.ResponseWriter, r *http.Request) { problem(w, 503, "unavailable", "down") }
+		c := inProcessClient(f, WithRetry(RetryPolicy{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}))
+		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Inbox(ctx, 0, 0, 0)
+		if !IsStatus(err, 503) {
+			t.Fatalf("want the last 503, got %v", err)
+		}
+		// The bubble's clock is exact: the client stops before the
+		// deadline, and not earlier than one longest pause before it.
+		if elapsed := time.Since(start); elapsed > 400*time.Millisecond || elapsed < 350*time.Millisecond {
+			t.Errorf("retries ended after %v, want within the last 50 ms before the 400 ms deadline", elapsed)
+		}
+		if n := f.count("GET /v1/inbox"); n < 3 {
+			t.Errorf("only %d attempts before the deadline", n)
+		}
+	})
 }
 
 func TestAttemptTimeoutsAndLongPolls(t *testing.T) {
 	t.Run("an attempt the server never answers is abandoned and retried", func(t *testing.T) {
-		f, srv := newFakeAPI(t)
-		f.routes["POST /v1/agents/me/heartbeat"] = script(
-			func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
-			func(w http.ResponseWriter, r *http.Request) {
-				writeJSON(w, 200, HeartbeatResult{Status: "active", LastSeq: 1})
-			},
-		)
-		c := New(srv.URL, "amk_good", WithRetry(RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxElapsed: 10 * time.Second, AttemptTimeout: 200 * time.Millisecond}))
-		hb, err := c.Heartbeat(context.Background(), "i", nil)
-		if err != nil || hb.LastSeq != 1 {
-			t.Fatalf("hb %+v err %v", hb, err)
-		}
-		if n := f.count("POST /v1/agents/me/heartbeat"); n != 2 {
-			t.Errorf("attempts = %d, want 2", n)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(t)
+			f.routes["POST /v1/agents/me/heartbeat"] = script(
+				func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+				func(w http.ResponseWriter, r *http.Request) {
+					writeJSON(w, 200, HeartbeatResult{Status: "active", LastSeq: 1})
+				},
+			)
+			c := inProcessClient(f, WithRetry(RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxElapsed: 10 * time.Second, AttemptTimeout: 200 * time.Millisecond}))
+			start := time.Now()
+			hb, err := c.Heartbeat(context.Background(), "i", nil)
+			if err != nil || hb.LastSeq != 1 {
+				t.Fatalf("hb %+v err %v", hb, err)
+			}
+			if n := f.count("POST /v1/agents/me/heartbeat"); n != 2 {
+				t.Errorf("attempts = %d, want 2", n)
+			}
+			if elapsed := time.Since(start); elapsed < 200*time.Millisecond || elapsed > 210*time.Millisecond {
+				t.Errorf("the silent attempt was abandoned after %v, want its 200 ms timeout", elapsed)
+			}
+		})
 	})
 	t.Run("a long-poll may outlast the retry budget and the attempt timeout", func(t *testing.T) {
-		f, srv := newFakeAPI(t)
-		f.routes["GET /v1/inbox"] = func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(700 * time.Millisecond) // the server holds the poll
-			writeJSON(w, 200, InboxPage{Events: []mesh.Envelope{}, NextAfter: 0, OldestSeq: 1})
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(t)
+			f.routes["GET /v1/inbox"] = func(w http.ResponseWriter, r *http.Request) {
+				<-time.After(700 * time.Millisecond) // the server holds the poll (the bubble's clock)
+				writeJSON(w, 200, InboxPage{Events: []mesh.Envelope{}, NextAfter: 0, OldestSeq: 1})
+			}
+			c := inProcessClient(f, WithRetry(RetryPolicy{Base: time.Millisecond, MaxElapsed: 300 * time.Millisecond, AttemptTimeout: 300 * time.Millisecond}))
+			if _, err := c.Inbox(context.Background(), 0, 10, time.Second); err != nil {
+				t.Fatalf("the long-poll was cut short: %v", err)
+			}
+			if n := f.count("GET /v1/inbox"); n != 1 {
+				t.Errorf("attempts = %d, want 1", n)
+			}
+		})
+	})
+}
+
+func TestConcurrentTokenCallersShareOneFetchAndKeepTheirOwnContexts(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	arrived := make(chan struct{}, 8)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	open := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the server closes (cleanups run last first)
+	f.tokenGate = func(r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
 		}
-		c := New(srv.URL, "amk_good", WithRetry(RetryPolicy{Base: time.Millisecond, MaxElapsed: 300 * time.Millisecond, AttemptTimeout: 300 * time.Millisecond}))
-		if _, err := c.Inbox(context.Background(), 0, 10, time.Second); err != nil {
-			t.Fatalf("the long-poll was cut short: %v", err)
-		}
-		if n := f.count("GET /v1/inbox"); n != 1 {
-			t.Errorf("attempts = %d, want 1", n)
+	}
+	c := New(srv.URL, "amk_good", fastRetry())
+	type result struct {
+		tok Token
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		tok, err := c.Token(context.Background())
+		first <- result{tok, err}
+	}()
+	waitFor(t, arrived, "the first caller's fetch reaching the server")
+
+	t.Run("a caller whose context is already cancelled returns its error at once", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.Token(ctx)
+			got <- err
+		}()
+		if err := waitFor(t, got, "Token with a cancelled context returning"); !errors.Is(err, context.Canceled) {
+			t.Errorf("err %v, want context.Canceled", err)
 		}
 	})
+	t.Run("a caller whose deadline passes while it waits for the shared fetch returns its error", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.Token(ctx)
+			got <- err
+		}()
+		if err := waitFor(t, got, "Token returning at its deadline"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err %v, want context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("the fetch goes on for the caller still waiting, and is the only one", func(t *testing.T) {
+		open()
+		r := waitFor(t, first, "the first caller's token")
+		if r.err != nil || r.tok.Token != "tok-1" {
+			t.Fatalf("first caller: %v %v", r.tok.Token, r.err)
+		}
+		if tok, err := c.Token(context.Background()); err != nil || tok.Token != "tok-1" {
+			t.Errorf("a later caller got %v %v, want the cached tok-1", tok.Token, err)
+		}
+		if n := f.count("POST /v1/auth/token"); n != 1 {
+			t.Errorf("token fetches = %d, want 1 shared by every caller", n)
+		}
+	})
+}
+
+func TestATokenFetchNobodyWaitsForIsCancelled(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	arrived := make(chan struct{}, 8)
+	abandoned := make(chan struct{}, 8)
+	f.tokenGate = func(r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // holds until the client gives up on the request
+		abandoned <- struct{}{}
+	}
+	c := New(srv.URL, "amk_good", fastRetry())
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Token(ctx)
+		got <- err
+	}()
+	waitFor(t, arrived, "the fetch reaching the server")
+	cancel()
+	if err := waitFor(t, got, "Token returning after its cancel"); !errors.Is(err, context.Canceled) {
+		t.Errorf("err %v, want context.Canceled", err)
+	}
+	waitFor(t, abandoned, "the fetch's request being cancelled once its only caller left")
+
+	f.mu.Lock()
+	f.tokenGate = nil
+	f.mu.Unlock()
+	// The server finished the abandoned request as tok-1 into a closed
+	// connection; the next caller starts its own fetch, not joins that one.
+	if tok, err := c.Token(context.Background()); err != nil || tok.Token != "tok-2" || f.count("POST /v1/auth/token") != 2 {
+		t.Errorf("the next caller got %v %v after %d fetches, want a fresh fetch's tok-2", tok.Token, err, f.count("POST /v1/auth/token"))
+	}
+}
+
+func TestRefreshTokenDoesNotJoinAFetchStartedBeforeIt(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	arrived := make(chan struct{}, 8)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	open := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	f.tokenGate = func(r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	c := New(srv.URL, "amk_good", fastRetry())
+	old := make(chan error, 1)
+	go func() {
+		_, err := c.Token(context.Background())
+		old <- err
+	}()
+	waitFor(t, arrived, "the first fetch reaching the server")
+	fresh := make(chan Token, 1)
+	go func() {
+		tok, _ := c.RefreshToken(context.Background())
+		fresh <- tok
+	}()
+	waitFor(t, arrived, "the refresh's own fetch reaching the server")
+	open()
+	waitFor(t, old, "the first fetch ending")
+	waitFor(t, fresh, "the refresh ending")
+	if n := f.count("POST /v1/auth/token"); n != 2 {
+		t.Errorf("token fetches = %d, want 2", n)
+	}
+	// Whichever answer came last, the cached token is the refresh's: the
+	// server issues tok-1 and tok-2 in the order it answers, so check the
+	// cache holds the newest generation's answer, not an older one.
+	tok, err := c.Token(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	gen := c.tokGen
+	c.mu.Unlock()
+	if gen != 2 || tok.Token == "" {
+		t.Errorf("cached token %q from fetch %d, want the refresh's (fetch 2)", tok.Token, gen)
+	}
 }
 
 func TestInboxSendsTheCursorAndDecodesEnvelopes(t *testing.T) {

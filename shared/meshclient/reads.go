@@ -3,30 +3,17 @@ package meshclient
 import (
 	"context"
 	"errors"
+	"github.com/agentmesh/agentmesh/shared/api"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
-
-	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 // Friend is one entry of GET /v1/friends: a friend with its presence.
-type Friend struct {
-	AgentID string `json:"agent_id"`
-	Name    string `json:"name"`
-	// Status is the friend's presence: active, draining or inactive.
-	Status          string     `json:"status"`
-	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
-	Since           time.Time  `json:"since"`
-}
+type Friend = api.Friend
 
 // FriendPage is one page of friends, by agent id.
-type FriendPage struct {
-	Friends []Friend `json:"friends"`
-	// NextAfter fetches the next page; empty on the last one.
-	NextAfter string `json:"next_after,omitempty"`
-}
+type FriendPage = api.FriendPage
 
 // ListFriends returns the agent's friends with agent id > after (at most
 // limit; 0 = the server's default).
@@ -37,22 +24,10 @@ func (c *Client) ListFriends(ctx context.Context, after string, limit int) (Frie
 }
 
 // Group is one entry of GET /v1/groups: a group the agent belongs to.
-type Group struct {
-	GroupID   string `json:"group_id"`
-	Name      string `json:"name"`
-	Owner     string `json:"owner"`
-	ContextID string `json:"context_id"`
-	// Role is the agent's role in the group: owner, admin or member.
-	Role        string    `json:"role,omitempty"`
-	MemberCount int       `json:"member_count"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+type Group = api.Group
 
 // GroupPage is one page of groups.
-type GroupPage struct {
-	Groups    []Group `json:"groups"`
-	NextAfter string  `json:"next_after,omitempty"`
-}
+type GroupPage = api.GroupPage
 
 // ListGroups returns the groups the agent belongs to, paged like
 // ListFriends.
@@ -74,52 +49,17 @@ func pageQuery(after string, limit int) url.Values {
 }
 
 // Task is a task as the read routes return it.
-type Task struct {
-	TaskID    string    `json:"task_id"`
-	ContextID string    `json:"context_id"`
-	GroupID   string    `json:"group_id,omitempty"`
-	Initiator string    `json:"initiator"`
-	Recipient string    `json:"recipient"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
+type Task = api.Task
 
 // TaskMessage is one message of a task (status notes included).
-type TaskMessage struct {
-	MessageID string      `json:"message_id"`
-	From      string      `json:"from"`
-	Parts     []mesh.Part `json:"parts"`
-	CreatedAt time.Time   `json:"created_at"`
-}
+type TaskMessage = api.Message
 
 // TaskArtifact is one output of a task.
-type TaskArtifact struct {
-	ArtifactID string      `json:"artifact_id"`
-	Name       string      `json:"name"`
-	Parts      []mesh.Part `json:"parts"`
-	CreatedBy  string      `json:"created_by"`
-	CreatedAt  time.Time   `json:"created_at"`
-}
+type TaskArtifact = api.Artifact
 
 // TaskDetail is a task with its recent history, as GET /v1/tasks/{id}
 // returns it: a bounded slice, however long the task grew.
-type TaskDetail struct {
-	Task
-	// Messages are the most recent messages (status notes included), in the
-	// order they were written.
-	Messages []TaskMessage `json:"messages"`
-	// EarlierMessages counts the messages before Messages: TaskMessages
-	// pages the whole history from the first.
-	EarlierMessages int `json:"earlier_messages"`
-	// MessagesNextAfter is the cursor after the last listed message: passed
-	// to TaskMessages it returns what was written since.
-	MessagesNextAfter string `json:"messages_next_after,omitempty"`
-	// Artifacts are the most recent artifacts; EarlierArtifacts counts those
-	// before them.
-	Artifacts        []TaskArtifact `json:"artifacts"`
-	EarlierArtifacts int            `json:"earlier_artifacts"`
-}
+type TaskDetail = api.TaskDetail
 
 // GetTask returns a task the agent takes part in, with its most recent
 // messages and artifacts in the order they were written (EarlierMessages
@@ -138,14 +78,7 @@ func (c *Client) GetTask(ctx context.Context, taskID string) (TaskDetail, error)
 const MaxTaskMessagesLimit = 200
 
 // TaskMessagePage is one page of a task's whole message history.
-type TaskMessagePage struct {
-	Messages []TaskMessage `json:"messages"`
-	// NextAfter is the cursor for the next page (the given one when the
-	// page is empty).
-	NextAfter string `json:"next_after"`
-	// More says more messages follow NextAfter now.
-	More bool `json:"more"`
-}
+type TaskMessagePage = api.MessagePage
 
 // TaskMessages pages a task's messages in the order they were written,
 // after the cursor ("" = from the first), at most limit (0 = the server's
@@ -170,10 +103,7 @@ type TaskQuery struct {
 }
 
 // TaskPage is one page of tasks, newest activity first.
-type TaskPage struct {
-	Tasks      []Task `json:"tasks"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
+type TaskPage = api.TaskPage
 
 // ListTasks pages through the agent's tasks, newest activity first.
 func (c *Client) ListTasks(ctx context.Context, tq TaskQuery) (TaskPage, error) {

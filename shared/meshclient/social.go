@@ -3,26 +3,16 @@ package meshclient
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentmesh/agentmesh/shared/api"
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 // Me is GET /v1/agents/me: the agent's own profile and presence.
-type Me struct {
-	AgentID         string          `json:"agent_id"`
-	Name            string          `json:"name"`
-	Status          string          `json:"status"`
-	LastHeartbeatAt *time.Time      `json:"last_heartbeat_at"`
-	InstanceID      *string         `json:"instance_id"`
-	KeyEpoch        int             `json:"key_epoch"`
-	LastSeq         int64           `json:"last_seq"`
-	Stats           json.RawMessage `json:"stats,omitempty"`
-	CreatedAt       time.Time       `json:"created_at"`
-}
+type Me = api.Me
 
 // Me returns the agent's own profile, presence and newest inbox seq.
 func (c *Client) Me(ctx context.Context) (Me, error) {
@@ -32,20 +22,10 @@ func (c *Client) Me(ctx context.Context) (Me, error) {
 }
 
 // FriendRequest is one friend request.
-type FriendRequest struct {
-	RequestID string     `json:"request_id"`
-	From      string     `json:"from"`
-	To        string     `json:"to"`
-	Status    string     `json:"status"`
-	CreatedAt time.Time  `json:"created_at"`
-	DecidedAt *time.Time `json:"decided_at"`
-}
+type FriendRequest = api.FriendRequest
 
 // FriendRequests is GET /v1/friends/requests: the pending requests.
-type FriendRequests struct {
-	Incoming []FriendRequest `json:"incoming"`
-	Outgoing []FriendRequest `json:"outgoing"`
-}
+type FriendRequests = api.FriendRequests
 
 // SendFriendRequest asks agent to be friends. Repeating a pending request
 // returns it unchanged, so the call is safe to retry.
@@ -104,12 +84,7 @@ func (c *Client) CreateGroup(ctx context.Context, name string) (Group, error) {
 }
 
 // Membership is one agent's membership of a group.
-type Membership struct {
-	GroupID  string    `json:"group_id"`
-	AgentID  string    `json:"agent_id"`
-	Role     string    `json:"role"`
-	JoinedAt time.Time `json:"joined_at"`
-}
+type Membership = api.Membership
 
 // AddGroupMember adds a friend to a group (role "" = member). Adding a
 // member again changes nothing, so the call is safe to retry.
@@ -129,21 +104,10 @@ func (c *Client) RemoveGroupMember(ctx context.Context, groupID, agentID string)
 }
 
 // Member is one roster entry, with the member's presence.
-type Member struct {
-	AgentID         string     `json:"agent_id"`
-	Name            string     `json:"name"`
-	Status          string     `json:"status"`
-	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
-	Role            string     `json:"role"`
-	JoinedAt        time.Time  `json:"joined_at"`
-}
+type Member = api.Member
 
 // Roster is a group with one page of its members.
-type Roster struct {
-	Group
-	Members   []Member `json:"members"`
-	NextAfter string   `json:"next_after,omitempty"`
-}
+type Roster = api.Roster
 
 // Roster returns one page of a group's members (agent id > after).
 func (c *Client) Roster(ctx context.Context, groupID, after string, limit int) (Roster, error) {
@@ -153,18 +117,10 @@ func (c *Client) Roster(ctx context.Context, groupID, after string, limit int) (
 }
 
 // GroupSendResult is the answer of a group send: one task per recipient.
-type GroupSendResult struct {
-	GroupID   string          `json:"group_id"`
-	ContextID string          `json:"context_id"`
-	MessageID string          `json:"message_id"`
-	Tasks     []GroupSendTask `json:"tasks"`
-}
+type GroupSendResult = api.GroupSendResult
 
 // GroupSendTask is the task a group send opened with one member.
-type GroupSendTask struct {
-	To     string `json:"to"`
-	TaskID string `json:"task_id"`
-}
+type GroupSendTask = api.GroupTask
 
 // SendGroup fans a message out to every other member of a group, retried
 // with one message_id like Send.
@@ -179,11 +135,7 @@ func (c *Client) SendGroup(ctx context.Context, groupID string, parts []mesh.Par
 }
 
 // ArtifactResult identifies an added artifact.
-type ArtifactResult struct {
-	TaskID     string `json:"task_id"`
-	ArtifactID string `json:"artifact_id"`
-	MessageID  string `json:"message_id"`
-}
+type ArtifactResult = api.ArtifactResult
 
 // AddArtifact adds a named artifact to a task the agent is the recipient
 // of, retried with one message_id like Send.

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -97,7 +98,7 @@ func (r *runner) reopenRecreated(ctx context.Context, t *kafkaTarget) (*kgo.Clie
 	r.state.Offset = -1
 	r.dirty = true
 	// Bounded: at most one reopen a second, however often it recurs.
-	if !wait(ctx, time.Second) {
+	if !backoff.Wait(ctx, time.Second) {
 		return nil, 0, errStop
 	}
 	cl, part, err := r.chooseMode(ctx, t)

@@ -1,9 +1,12 @@
+//go:build unix
+
 package meshd_test
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,10 +20,15 @@ import (
 func TestAStopSaysWhatItWaitsForAndASecondInterruptKillsTheHandler(t *testing.T) {
 	f := newFixture(t, false)
 	f.api.add(mesh.EventMessage, "alice", "slow")
+	// The handler says it started through a FIFO: opening it blocks until
+	// the test reads.
 	started := filepath.Join(t.TempDir(), "started")
+	if err := syscall.Mkfifo(started, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// The shell starts a child (sleep) in the handler's process group: the
 	// interrupt must reach it too, or the handler's output pipe stays open.
-	h := meshd.CommandHandler{Command: []string{"sh", "-c", "touch " + started + "; sleep 60; echo never"}, Timeout: time.Hour}
+	h := meshd.CommandHandler{Command: []string{"sh", "-c", "echo started > " + started + "; sleep 60; echo never"}, Timeout: time.Hour}
 	interrupt := make(chan struct{})
 	var modes []string
 	r := f.start(h, func(c *meshd.Config) {
@@ -31,24 +39,9 @@ func TestAStopSaysWhatItWaitsForAndASecondInterruptKillsTheHandler(t *testing.T)
 		c.HandlerAttempts = 1
 		c.OnMode = func(agent, mode string) { modes = append(modes, agent+":"+mode) }
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(started); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the handler did not start\n%s", f.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	within(t, 20*time.Second, "the handler starts", func() error { _, err := os.ReadFile(started); return err })
 	r.cancel()
-	deadline = time.Now().Add(5 * time.Second)
-	for !strings.Contains(f.logs.String(), "stopping: waiting for the handler to finish its event") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the stop did not say what it waits for:\n%s", f.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.logs.waitLine(t, 10*time.Second, "stopping: waiting for the handler to finish its event")
 	if !strings.Contains(f.logs.String(), `"seq":1`) {
 		t.Errorf("the stop message does not name the seq:\n%s", f.logs.String())
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // DeadLetter is a parked event: one the handler failed for good (or that
@@ -238,7 +239,7 @@ func RetryDeadLetter(ctx context.Context, cfg RetryConfig, seq int64) error {
 		return nil
 	}
 	dl.Attempts++
-	dl.Error = truncate(herr.Error(), maxErrorText)
+	dl.Error = textlimit.Truncate(herr.Error(), maxErrorText)
 	data, err := json.Marshal(dl)
 	if err != nil {
 		return err

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
-	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // PermanentError marks a handler failure that retrying cannot fix: Run
@@ -83,9 +84,9 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 		if attempt >= r.cfg.HandlerAttempts {
 			return r.park(ctx, env, offset, attempt, ReasonExhausted, err)
 		}
-		d := backoff(attempt, r.cfg.HandlerBackoff, r.cfg.HandlerBackoffMax)
+		d := backoff.Policy{Base: r.cfg.HandlerBackoff, Max: r.cfg.HandlerBackoffMax}.Delay(attempt)
 		log.Warn("handler failed; retrying the same event (later events wait)", "attempt", attempt, "max_attempts", r.cfg.HandlerAttempts, "retry_in", d.String(), "err", err)
-		if !wait(ctx, d) {
+		if !backoff.Wait(ctx, d) {
 			return errStop
 		}
 	}
@@ -121,7 +122,7 @@ func (r *runner) mark(env mesh.Envelope, offset int64) error {
 func (r *runner) park(ctx context.Context, env mesh.Envelope, offset int64, attempts int, reason string, cause error) error {
 	dl := DeadLetter{
 		AgentID: r.agentID, Seq: env.Seq, EventID: env.EventID, Type: env.Type, From: env.From, TaskID: env.TaskID,
-		Reason: reason, Attempts: attempts, Error: truncate(cause.Error(), maxErrorText), ParkedAt: r.cfg.Clock().UTC(), Event: env,
+		Reason: reason, Attempts: attempts, Error: textlimit.Truncate(cause.Error(), maxErrorText), ParkedAt: r.cfg.Clock().UTC(), Event: env,
 	}
 	dropped, err := saveDeadLetter(r.cfg.StateDir, dl, r.cfg.MaxDeadLetters)
 	if err != nil {
@@ -170,8 +171,8 @@ func (r *runner) failTask(ctx context.Context, env mesh.Envelope, dl DeadLetter)
 	_, err := r.cfg.API.UpdateStatus(fctx, env.TaskID, meshclient.StatusRequest{
 		Status: mesh.TaskFailed,
 		// One id per event: a repeat after a crash is applied once.
-		MessageID: truncate("meshd-park-"+env.EventID, 128),
-		Message:   &meshclient.StatusMessage{Parts: []mesh.Part{{Kind: "text", Text: truncate(note, maxErrorText)}}},
+		MessageID: textlimit.Truncate("meshd-park-"+env.EventID, 128),
+		Message:   &meshclient.StatusMessage{Parts: []mesh.Part{{Kind: "text", Text: textlimit.Truncate(note, maxErrorText)}}},
 	})
 	switch {
 	case err == nil:
@@ -182,17 +183,6 @@ func (r *runner) failTask(ctx context.Context, env mesh.Envelope, dl DeadLetter)
 		r.log.Warn("could not move the parked event's task to failed", "seq", env.Seq, "task_id", env.TaskID, "err", err)
 		return false
 	}
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // callHandler turns a handler panic into a failure, so one bad event is

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // Handler processes one event for the agent. Run calls it once per event, in
@@ -51,6 +52,8 @@ const ExitPermanent = 65
 // JSON on stdin, its fields in MESH_* environment variables (MESH_EVENT_ID,
 // MESH_EVENT_TYPE, MESH_SEQ, MESH_FROM, MESH_TO, MESH_TASK_ID,
 // MESH_CONTEXT_ID, MESH_GROUP_ID, MESH_MESSAGE_ID, MESH_OCCURRED_AT).
+// Under Run it also gets EnvHandlerSocket and EnvHandlerToken, the control
+// channel through which it replies; never MESH_API_KEY or another secret.
 //
 // Exit status 0 means handled. ExitPermanent (65), 126 and 127 (the
 // shell's "cannot execute" and "not found"), and a command that cannot be
@@ -63,7 +66,8 @@ type CommandHandler struct {
 	// Timeout bounds one run; the command's whole process group is killed
 	// when it passes. 0 means no limit.
 	Timeout time.Duration
-	// Env is added to the inherited environment.
+	// Env is added to the inherited environment. Credentials are removed
+	// from both (see HandlerEnviron).
 	Env []string
 	// Dir is the working directory ("" = meshd's).
 	Dir string
@@ -136,7 +140,9 @@ func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 	if h.Stderr != nil {
 		cmd.Stderr = io.MultiWriter(h.Stderr, tail)
 	}
-	cmd.Env = append(append(os.Environ(), h.Env...), EventEnv(env)...)
+	// The handler gets no credential: it acts through the control channel
+	// whose capability (grantEnv) dies with this run.
+	cmd.Env = append(append(HandlerEnviron(append(os.Environ(), h.Env...)), EventEnv(env)...), grantEnv(ctx)...)
 	// A killed shell can leave children holding its output pipes; stop
 	// waiting for them shortly after the kill.
 	cmd.WaitDelay = 5 * time.Second
@@ -189,7 +195,7 @@ func (t *tailBuffer) lastLine() string {
 	if last == "" {
 		return ""
 	}
-	return ": " + strings.ToValidUTF8(truncate(last, 500), "")
+	return ": " + strings.ToValidUTF8(textlimit.Truncate(last, 500), "")
 }
 
 // EventEnv is the MESH_* environment describing env, as CommandHandler
@@ -207,4 +213,38 @@ func EventEnv(env mesh.Envelope) []string {
 		"MESH_MESSAGE_ID=" + env.MessageID,
 		"MESH_OCCURRED_AT=" + env.OccurredAt.UTC().Format(time.RFC3339Nano),
 	}
+}
+
+// HandlerEnviron is environ without what a handler must not see: the
+// agent's credentials (MESH_API_KEY and every MESH_* variable named like a
+// key, token, secret or password), MESH_CONFIG (the file that holds the
+// key) and a control channel inherited from an outer handler run. An
+// LLM-driven handler can be talked into printing its environment.
+func HandlerEnviron(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !handlerMaySee(name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// handlerMaySee reports whether the variable name may reach a handler.
+func handlerMaySee(name string) bool {
+	up := strings.ToUpper(name)
+	if !strings.HasPrefix(up, "MESH_") {
+		return true
+	}
+	if up == "MESH_CONFIG" || up == EnvHandlerSocket || up == EnvHandlerToken {
+		return false
+	}
+	for _, secret := range []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"} {
+		if strings.Contains(up, secret) {
+			return false
+		}
+	}
+	return true
 }

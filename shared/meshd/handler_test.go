@@ -137,3 +137,46 @@ func TestCheckShellLine(t *testing.T) {
 		})
 	}
 }
+
+// A handler (an LLM above all) can be talked into printing its
+// environment: it must hold no credential of the agent's.
+func TestTheHandlersEnvironmentHoldsNoCredential(t *testing.T) {
+	const key = "amk_the_agents_key"
+	t.Setenv("MESH_API_KEY", key)
+	t.Setenv("MESH_ADMIN_KEY", "admin-secret")
+	t.Setenv("MESH_CONFIG", "/home/bob/.config/meshd/config.toml")
+	t.Setenv("MESH_HANDLER_TOKEN", "an-outer-runs-capability")
+	t.Setenv("MESH_API_URL", "http://mesh.example")
+	out := filepath.Join(t.TempDir(), "env")
+	h := meshd.CommandHandler{Command: []string{"sh", "-c", `env > "$OUT"`}, Env: []string{"OUT=" + out, "MESH_API_KEY=" + key}, Timeout: 10 * time.Second}
+	if err := h.Handle(context.Background(), sampleEnvelope(1, "print your environment")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(data)
+	for _, c := range []struct {
+		name, absent string
+	}{
+		{"the API key is not passed, inherited or added", "MESH_API_KEY="},
+		{"its value appears nowhere", key},
+		{"another MESH_* secret is not passed", "admin-secret"},
+		{"the config file that holds the key is not named", "MESH_CONFIG="},
+		{"an outer handler run's capability is not passed on", "an-outer-runs-capability"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if strings.Contains(env, c.absent) {
+				t.Errorf("the handler's environment holds %q:\n%s", c.absent, env)
+			}
+		})
+	}
+	t.Run("what is not a credential still reaches it", func(t *testing.T) {
+		for _, want := range []string{"MESH_API_URL=http://mesh.example\n", "MESH_TASK_ID=task-9\n", "OUT=" + out + "\n"} {
+			if !strings.Contains(env, want) {
+				t.Errorf("the handler's environment lacks %q", want)
+			}
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 )
@@ -101,7 +102,7 @@ func (r *runner) probeUntilReachable(ctx context.Context, t *kafkaTarget) <-chan
 	back := make(chan struct{})
 	go func() {
 		for {
-			if !wait(ctx, r.cfg.ProbeEvery) {
+			if !backoff.Wait(ctx, r.cfg.ProbeEvery) {
 				return
 			}
 			if _, err := probe(ctx, t.opts, t.topic, r.cfg.ProbeTimeout); err == nil {

@@ -13,7 +13,9 @@
 // back), inbox.go (poll mode and catch-up), deliver.go (handler runs,
 // retry, park), deadletter.go (the parked events' files and retry),
 // control.go (what a supervisor sees and does: the mode hook, what a stop
-// waits for, the interrupt that kills a handler, a recreated topic).
+// waits for, the interrupt that kills a handler, a recreated topic),
+// handlerctl.go (the handler's control channel: it replies through meshd
+// with a capability that lives as long as its run, never with the API key).
 package meshd
 
 import (
@@ -29,6 +31,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 )
@@ -241,6 +244,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err // another meshd runs for this agent: its presence is not ours to end
 	}
 	defer unlock()
+	// The handler replies through meshd, never with the API key; the
+	// socket goes before the lock does.
+	ctl := NewHandlerControl(cfg.API, cfg.StateDir, r.agentID, r.log)
+	defer ctl.Close()
+	r.cfg.Handler = ctl.Wrap(cfg.Handler)
 	said := make(chan struct{})
 	go r.sayWhatStopWaitsFor(ctx, said)
 	err = r.run(ctx, tok)
@@ -392,28 +400,7 @@ func (r *runner) initialToken(ctx context.Context) (meshclient.Token, error) {
 // 408 and 429 (a rejected key, a forbidden route, a missing agent).
 func fatal(err error) bool { return meshclient.IsPermanent(err) }
 
-// backoff is the wait before attempt+1: base doubling per attempt, capped.
-func backoff(attempt int, base, limit time.Duration) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
-}
-
 // sleep waits the API-call backoff of attempt; false when ctx ended first.
 func (r *runner) sleep(ctx context.Context, attempt int) bool {
-	return wait(ctx, backoff(attempt, r.cfg.RetryBase, r.cfg.RetryMax))
-}
-
-// wait sleeps d; false when ctx ended first.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Wait(ctx, backoff.Policy{Base: r.cfg.RetryBase, Max: r.cfg.RetryMax}.Delay(attempt))
 }

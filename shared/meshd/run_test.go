@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +27,6 @@ import (
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
 	"github.com/agentmesh/agentmesh/shared/seal"
-	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 const partitions = 3
@@ -41,7 +42,7 @@ type fixture struct {
 	sealer  *seal.Sealer
 	prod    *kgo.Client
 	dir     string
-	logs    *testenv.Buffer
+	logs    *logWatch
 }
 
 // newSealer is a sealer on a fresh random master key, standing in for the
@@ -66,7 +67,7 @@ func newFixture(t *testing.T, withKafka bool) *fixture {
 	for kafka.PartitionFor(s.RoutingID("bob"), partitions) == kafka.PartitionFor("bob", partitions) {
 		s = newSealer(t)
 	}
-	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: &testenv.Buffer{}}
+	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: newLogWatch()}
 	if withKafka {
 		var err error
 		f.brokers = kafkatest.Brokers(t)
@@ -175,6 +176,34 @@ func (h *recorder) waitFor(t *testing.T, n int, timeout time.Duration) {
 	}
 }
 
+// waitForSeq waits until the event seq was handled.
+func (h *recorder) waitForSeq(t *testing.T, seq int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for !slices.Contains(h.handled(), seq) {
+		select {
+		case <-h.ch:
+		case <-deadline:
+			t.Fatalf("handled %v, want seq %d within %v", h.handled(), seq, timeout)
+		}
+	}
+}
+
+// fence commits one more event for bob (published to Kafka too when the
+// fixture has it) and waits until the handler got it. Delivery is in seq
+// order from an ordered partition, so whatever meshd would still deliver
+// from before the fence (a late duplicate above all) reached the handler
+// first: no sleeping and hoping.
+func (f *fixture) fence(t *testing.T, h *recorder) int64 {
+	t.Helper()
+	env := f.api.add(mesh.EventMessage, "alice", "fence")
+	if f.prod != nil {
+		f.produce(f.record(env))
+	}
+	h.waitForSeq(t, env.Seq, 30*time.Second)
+	return env.Seq
+}
+
 // running is one Run in the background.
 type running struct {
 	cancel context.CancelFunc
@@ -255,18 +284,18 @@ func TestKafkaDeliveryIsInOrderAndExactlyOnce(t *testing.T) {
 	h := newRecorder()
 	r := f.start(h, nil)
 	h.waitFor(t, 20, 30*time.Second)
-	time.Sleep(300 * time.Millisecond) // a late duplicate would show up here
+	fence := f.fence(t, h) // seq 21, at the partition's next offset
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("every event reaches the handler once, in seq order", func(t *testing.T) {
-		if got := h.handled(); !slices.Equal(got, seqs(1, 20)) {
+		if got := h.handled(); !slices.Equal(got, seqs(1, fence)) {
 			t.Errorf("handled %v", got)
 		}
 	})
 	t.Run("the handler sees the opened body of each event", func(t *testing.T) {
-		for i, text := range h.texts {
+		for i, text := range h.texts[:20] {
 			if want := fmt.Sprintf("m%d", i+1); text != want {
 				t.Errorf("event %d body text %q, want %q", i+1, text, want)
 			}
@@ -286,8 +315,8 @@ func TestKafkaDeliveryIsInOrderAndExactlyOnce(t *testing.T) {
 	})
 	t.Run("the state holds the last seq and the last consumed offset", func(t *testing.T) {
 		st := f.state()
-		if st.LastSeq != 20 || st.Offset != int64(len(recs)-1) || st.Topic != f.topic || st.Partition != f.bobsPartition() {
-			t.Errorf("state = %+v, want last_seq 20, offset %d", st, len(recs)-1)
+		if st.LastSeq != fence || st.Offset != int64(len(recs)) || st.Topic != f.topic || st.Partition != f.bobsPartition() {
+			t.Errorf("state = %+v, want last_seq %d, offset %d (the fence's)", st, fence, len(recs))
 		}
 	})
 	t.Run("stopping marks the agent offline once", func(t *testing.T) {
@@ -313,12 +342,12 @@ func TestAGapInKafkaIsFilledFromTheInboxInOrder(t *testing.T) {
 	h := newRecorder()
 	r := f.start(h, nil)
 	h.waitFor(t, 5, 30*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	fence := f.fence(t, h)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.handled(); !slices.Equal(got, seqs(1, 5)) {
-		t.Errorf("handled %v, want 1..5 in order", got)
+	if got := h.handled(); !slices.Equal(got, seqs(1, fence)) {
+		t.Errorf("handled %v, want 1..%d in order", got, fence)
 	}
 	if f.api.servedCount(3) == 0 {
 		t.Error("seq 3 was not read from the inbox API")
@@ -339,15 +368,16 @@ func TestADuplicateRecordRunsTheHandlerOnce(t *testing.T) {
 	h := newRecorder()
 	r := f.start(h, nil)
 	h.waitFor(t, 3, 30*time.Second)
-	time.Sleep(500 * time.Millisecond)
+	// The fence (seq 4, offset 7) comes after every duplicate.
+	f.fence(t, h)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.handled(); !slices.Equal(got, []int64{1, 2, 3}) {
-		t.Errorf("handled %v, want [1 2 3]", got)
+	if got := h.handled(); !slices.Equal(got, []int64{1, 2, 3, 4}) {
+		t.Errorf("handled %v, want [1 2 3] and the fence 4", got)
 	}
-	if st := f.state(); st.Offset != 6 {
-		t.Errorf("consumed offset %d, want 6 (duplicates are consumed too)", st.Offset)
+	if st := f.state(); st.Offset != 7 {
+		t.Errorf("consumed offset %d, want 7 (the duplicates at 5 and 6 consumed, then the fence)", st.Offset)
 	}
 }
 
@@ -379,14 +409,14 @@ func TestARestartNeverRerunsHandledEventsAndContinues(t *testing.T) {
 	second := newRecorder()
 	r = f.start(second, nil)
 	second.waitFor(t, 3, 30*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	fence := f.fence(t, second) // after the redelivered seq 2
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("the second run handles only the new events, in order", func(t *testing.T) {
-		if got := second.handled(); !slices.Equal(got, []int64{4, 5, 6}) {
-			t.Errorf("second run handled %v, want [4 5 6]", got)
+		if got := second.handled(); !slices.Equal(got, []int64{4, 5, 6, fence}) {
+			t.Errorf("second run handled %v, want [4 5 6 %d]", got, fence)
 		}
 	})
 	t.Run("the second run resumes after the persisted offset", func(t *testing.T) {
@@ -477,7 +507,8 @@ func TestStopLetsTheCurrentHandlerFinishAndMarksIt(t *testing.T) {
 	r := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll })
 	<-started
 	r.cancel()
-	time.Sleep(100 * time.Millisecond)
+	// Run saw the stop while the handler ran.
+	f.logs.waitLine(t, 10*time.Second, "stopping: waiting for the handler to finish its event")
 	close(release)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
@@ -552,15 +583,25 @@ func TestAnUnopenableRepeatIsSkipped(t *testing.T) {
 	repeat := e1
 	repeat.KeyEpoch = 0
 	f.produce(f.record(e1), f.record(e2), f.record(repeat))
-	h := newRecorder()
-	r := f.start(h, nil)
-	h.waitFor(t, 2, 30*time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(f.logs.String(), "cannot open a Kafka record") {
-		if time.Now().After(deadline) {
-			t.Fatal("the unopenable record was never read")
+	// Signals once the inbox API answered a read after seq 2: from then
+	// on, seq 3 arriving cannot change what meshd learnt for the repeat.
+	readAfter2 := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.api.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/inbox" && r.URL.Query().Get("after") == "2" {
+			once.Do(func() { close(readAfter2) })
 		}
-		time.Sleep(20 * time.Millisecond)
+	}))
+	t.Cleanup(srv.Close)
+	h := newRecorder()
+	r := f.start(h, func(c *meshd.Config) { c.API = meshclient.New(srv.URL, "amk_test") })
+	h.waitFor(t, 2, 30*time.Second)
+	f.logs.waitLine(t, 10*time.Second, "cannot open a Kafka record")
+	select {
+	case <-readAfter2:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("meshd did not ask the inbox API about the repeat\n%s", f.logs.String())
 	}
 	e3 := f.api.add(mesh.EventMessage, "alice", "m3")
 	f.produce(f.record(e3))
@@ -657,11 +698,25 @@ func TestAMissingNewestEventIsCaughtUpThroughHeartbeats(t *testing.T) {
 	}
 }
 
-// fetchCounter counts what the consumer read from the broker.
-type fetchCounter struct{ bytes atomic.Int64 }
+// fetchCounter counts what the consumer read from the broker and says when
+// it read anything, and when it read more than limit.
+type fetchCounter struct {
+	bytes       atomic.Int64
+	limit       int64
+	first, over chan struct{}
+	once, past  sync.Once
+}
+
+func newFetchCounter(limit int64) *fetchCounter {
+	return &fetchCounter{limit: limit, first: make(chan struct{}), over: make(chan struct{})}
+}
 
 func (c *fetchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
-	c.bytes.Add(int64(m.UncompressedBytes))
+	total := c.bytes.Add(int64(m.UncompressedBytes))
+	c.once.Do(func() { close(c.first) })
+	if total > c.limit {
+		c.past.Do(func() { close(c.over) })
+	}
 }
 
 func TestASlowHandlerGrowsLagNotMemory(t *testing.T) {
@@ -681,16 +736,29 @@ func TestASlowHandlerGrowsLagNotMemory(t *testing.T) {
 		}
 		return nil
 	}
-	counter := &fetchCounter{}
+	const bound = 3 << 20
+	counter := newFetchCounter(bound)
 	r := f.start(h, func(c *meshd.Config) { c.KafkaOpts = []kgo.Opt{kgo.WithHooks(counter)} })
-	time.Sleep(3 * time.Second) // the handler is stuck on seq 1
+	select {
+	case <-counter.first:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the consumer read nothing within 30 s\n%s", f.logs.String())
+	}
+	// The handler is stuck on seq 1. An unbounded consumer reads the 8 MB
+	// waiting within a fraction of this window and fails at once; "nothing
+	// more is read" has no event to wait for, so a bounded one passes when
+	// the window ends.
+	select {
+	case <-counter.over:
+	case <-time.After(3 * time.Second):
+	}
 	read := counter.bytes.Load()
 	close(release)
 	h.waitFor(t, n, 60*time.Second)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if read == 0 || read > 3<<20 {
+	if read == 0 || read > bound {
 		t.Errorf("with the handler stuck, the consumer read %d bytes of the %d waiting; want a bounded buffer (≤ 3 MiB)", read, n*size)
 	}
 	if total := counter.bytes.Load(); total < int64(n*size) {
@@ -804,10 +872,7 @@ func TestRunRefusesWhatRetryingCannotFix(t *testing.T) {
 		h := newRecorder()
 		first := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll })
 		// Let the first one take the lock.
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(f.logs.String(), "meshd started") && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		f.logs.waitLine(t, 10*time.Second, "meshd started")
 		second := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll })
 		select {
 		case err := <-second.done:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/statedir"
 )
 
 // State is what meshd remembers between runs: the highest seq its handler
@@ -98,47 +99,35 @@ func SaveState(dir string, s State) error {
 	return WriteFileAtomic(dir, filepath.Base(StatePath(dir, s.AgentID)), data)
 }
 
-// WriteFileAtomic replaces dir/name with data durably: a temp file in the
-// same directory, fsync, rename over the old file, fsync the directory
-// (the rename is durable only once the directory entry is on disk). The
-// directory is created (0700) when missing.
+// WriteFileAtomic replaces dir/name with data durably and owner-only
+// (0600) through statedir.WriteFile: a reader, or a restart after a crash,
+// sees the old file or the whole new one. The directory is created (0700)
+// when missing.
 func WriteFileAtomic(dir, name string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("meshd: state dir: %w", err)
+	if err := statedir.Make(dir); err != nil {
+		return fmt.Errorf("meshd: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
+	if err := statedir.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 		return fmt.Errorf("meshd: write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	committed := false
-	defer func() {
-		if !committed {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("meshd: write %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("meshd: fsync %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("meshd: write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("meshd: rename %s: %w", name, err)
-	}
-	committed = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("meshd: fsync state dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("meshd: fsync state dir: %w", err)
 	}
 	return nil
+}
+
+// lockState takes an exclusive lock on the agent's state so two meshd
+// processes never consume for one agent from one state dir (each would run
+// the handler for the same events). The OS drops the lock if the process
+// dies; flock works on every OS meshd builds for. dir is made (0700) when
+// missing.
+func lockState(dir, agentID string) (func(), error) {
+	if !mesh.ValidAgentID(agentID) { // it names the lock file
+		return nil, fmt.Errorf("meshd: invalid agent id %q", agentID)
+	}
+	unlock, err := statedir.Lock(filepath.Join(dir, agentID+".lock"))
+	if errors.Is(err, statedir.ErrLocked) {
+		return nil, fmt.Errorf("meshd: another meshd is already running for agent %q with state dir %s", agentID, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("meshd: %w", err)
+	}
+	return unlock, nil
 }

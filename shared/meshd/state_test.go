@@ -138,3 +138,24 @@ func TestStateRefusesPathLikeAgentIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestAStateWrittenOverAWorldReadableFileIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := meshd.StatePath(dir, "bob")
+	if err := os.WriteFile(path, []byte(`{"agent_id":"bob","last_seq":1,"offset":-1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := meshd.SaveState(dir, meshd.State{AgentID: "bob", LastSeq: 2, Offset: -1}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("state file mode %v err %v, want 0600", fi.Mode(), err)
+	}
+	if s, err := meshd.LoadState(dir, "bob"); err != nil || s.LastSeq != 2 {
+		t.Errorf("state %+v err %v", s, err)
+	}
+}

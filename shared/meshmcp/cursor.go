@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshd"
+	"github.com/agentmesh/agentmesh/shared/statedir"
 )
 
 // Cursor is the MCP reader's persisted position in the agent's inbox: every
@@ -64,9 +65,14 @@ func SaveCursor(dir string, c Cursor) error {
 // cursor's file lock across read-modify-write, so two MCP servers of one
 // agent (two client sessions) share one cursor and it never moves back.
 func advanceCursor(dir, agentID string, seq int64, now time.Time) (Cursor, error) {
-	unlock, err := lockCursor(dir, agentID)
+	if !mesh.ValidAgentID(agentID) { // it names the lock file
+		return Cursor{}, fmt.Errorf("meshmcp: invalid agent id %q", agentID)
+	}
+	// Waiting is right here: another holder keeps the lock for one
+	// read-modify-write only. The OS drops it if that process dies.
+	unlock, err := statedir.LockWait(filepath.Join(dir, agentID+".mcp.lock"))
 	if err != nil {
-		return Cursor{}, err
+		return Cursor{}, fmt.Errorf("meshmcp: %w", err)
 	}
 	defer unlock()
 	c, err := LoadCursor(dir, agentID)

@@ -10,13 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/agentmesh/agentmesh/shared/backoff"
 )
 
 // MySQL server error numbers the code reacts to.
@@ -84,6 +85,10 @@ func OpenWithCredentials(ctx context.Context, dsn string, creds Credentials) (*D
 	return &DB{DB: db}, nil
 }
 
+// txRetry spaces the retries of a transaction that hit a deadlock or a lock
+// wait: short, since the other transaction usually commits within ms.
+var txRetry = backoff.Policy{Base: 5 * time.Millisecond, Max: 80 * time.Millisecond, Jitter: 0.5}
+
 // InTx runs fn in one transaction and commits it. A deadlock or lock-wait
 // timeout (1213, 1205) rolls back and runs fn again from the start, so fn must
 // do all its reads inside tx and have no effects outside it. Any error from fn
@@ -92,12 +97,9 @@ func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		if attempt > 0 {
-			// Jittered backoff so two retried transactions do not collide again.
-			d := time.Duration(attempt*attempt)*5*time.Millisecond + time.Duration(rand.IntN(10))*time.Millisecond
-			select {
-			case <-ctx.Done():
+			// Jittered so two retried transactions do not collide again.
+			if !backoff.Wait(ctx, txRetry.Delay(attempt)) {
 				return ctx.Err()
-			case <-time.After(d):
 			}
 		}
 		err = db.runTx(ctx, fn)

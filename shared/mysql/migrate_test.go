@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -83,5 +84,163 @@ func TestTheMigrationsHashFollowsTheFiles(t *testing.T) {
 	}
 	if again, _ := mysql.HashMigrations(base); again != h0 {
 		t.Fatalf("the hash is not stable: %s then %s", h0, again)
+	}
+}
+
+func TestAFreshDatabaseTakesEveryMigration(t *testing.T) {
+	db, _ := mysqltest.Empty(t)
+	ctx := context.Background()
+	migs, err := mysql.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := db.Migrate(ctx)
+	if err != nil {
+		t.Fatalf("migrating a fresh database: %v", err)
+	}
+	var want []int
+	for _, m := range migs {
+		want = append(want, m.Version)
+	}
+	if !reflect.DeepEqual(applied, want) {
+		t.Fatalf("applied %v, want %v", applied, want)
+	}
+	if again, err := db.Migrate(ctx); err != nil || len(again) != 0 {
+		t.Fatalf("a second run applied %v (err %v), want nothing", again, err)
+	}
+}
+
+// A migration whose bookkeeping row is missing runs again, and the "already
+// exists" errors of its CREATEs prove only that a name is taken. The runner
+// must look at what the name holds: a table or key of the wrong shape is
+// refused, naming what differs, and the migration is not recorded.
+func TestAPartlyAppliedMigrationIsRefusedByWhatItLacks(t *testing.T) {
+	tests := []struct {
+		name      string
+		damage    []string
+		migration int    // whose schema_migrations row is lost
+		file      string // the file the error names
+		mention   string // what the error must name
+	}{
+		{"a table of the first migration without one column is refused, naming the column",
+			[]string{"ALTER TABLE agents DROP COLUMN stats"}, 1, "0001_init.sql", "agents.stats is missing"},
+		{"a table created IF NOT EXISTS without one column is refused, naming the column",
+			[]string{"ALTER TABLE audit_log DROP COLUMN detail"}, 7, "0007_accounts.sql", "audit_log.detail is missing"},
+		{"a table without one of its keys is refused, naming the key",
+			[]string{"DROP INDEX agents_presence ON agents"}, 1, "0001_init.sql", "agents.agents_presence"},
+		{"a table without its unique key is refused, naming the key",
+			[]string{"DROP INDEX accounts_email ON accounts"}, 7, "0007_accounts.sql", "accounts.accounts_email"},
+		{"a column of another type is refused",
+			[]string{"ALTER TABLE api_keys MODIFY revoked_at VARCHAR(10) NULL"}, 1, "0001_init.sql", "api_keys.revoked_at is varchar(10)"},
+		{"a column that lost NOT NULL is refused",
+			[]string{"ALTER TABLE agents MODIFY name VARCHAR(200) NULL"}, 1, "0001_init.sql", "agents.name allows NULL"},
+		{"an id column that folds case is refused",
+			[]string{"ALTER TABLE friendships MODIFY friend_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci NOT NULL"},
+			1, "0001_init.sql", "friendships.friend_id has collation utf8mb4_unicode_ci"},
+		{"an index of the right name on other columns is refused",
+			[]string{"DROP INDEX mesh_groups_context ON mesh_groups", "CREATE INDEX mesh_groups_context ON mesh_groups (name)"},
+			5, "0005_group_context_index.sql", "mesh_groups.mesh_groups_context is on (name)"},
+		{"a unique key that is no longer unique is refused",
+			[]string{"DROP INDEX outbox_recipient_seq ON outbox_events", "CREATE INDEX outbox_recipient_seq ON outbox_events (recipient, seq)"},
+			1, "0001_init.sql", "outbox_events.outbox_recipient_seq is not unique"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			db, _ := mysqltest.New(t)
+			ctx := context.Background()
+			for _, s := range append(tc.damage, "DELETE FROM schema_migrations WHERE version = ?") {
+				var args []any
+				if strings.Contains(s, "?") {
+					args = append(args, tc.migration)
+				}
+				if _, err := db.ExecContext(ctx, s, args...); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			applied, err := db.Migrate(ctx)
+			if err == nil {
+				t.Fatalf("Migrate accepted the damaged schema (applied %v)", applied)
+			}
+			t.Logf("refused: %v", err)
+			for _, want := range []string{tc.file, tc.mention} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not name %q: %v", want, err)
+				}
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations WHERE version = ?", tc.migration).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Fatalf("migration %d was recorded as applied over a schema that lacks part of it", tc.migration)
+			}
+		})
+	}
+}
+
+// What a cut-short run left out entirely (a table made IF NOT EXISTS, an
+// index made by CREATE INDEX) is made by the next run, which then passes
+// the check: completing a migration is not refusing it.
+func TestAMigrationCutShortIsCompletedByTheNextRun(t *testing.T) {
+	tests := []struct {
+		name      string
+		damage    []string
+		migration int
+	}{
+		{"a missing table of an IF NOT EXISTS migration is created", []string{"DROP TABLE account_sessions"}, 7},
+		{"a missing index of a CREATE INDEX migration is created", []string{"DROP INDEX mesh_groups_context ON mesh_groups"}, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			db, _ := mysqltest.New(t)
+			ctx := context.Background()
+			before := snapshot(t, db)
+			for _, s := range tc.damage {
+				if _, err := db.ExecContext(ctx, s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			if _, err := db.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version = ?", tc.migration); err != nil {
+				t.Fatal(err)
+			}
+			applied, err := db.Migrate(ctx)
+			if err != nil {
+				t.Fatalf("the next run refused to complete the migration: %v", err)
+			}
+			if !reflect.DeepEqual(applied, []int{tc.migration}) {
+				t.Fatalf("applied %v, want [%d]", applied, tc.migration)
+			}
+			after := snapshot(t, db)
+			delete(before, "migrations")
+			delete(after, "migrations")
+			if !reflect.DeepEqual(before, after) {
+				t.Fatalf("the completed schema differs:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+}
+
+// The runner can only vouch for what it knows how to check: a migration with
+// DDL it cannot read (ALTER, DROP, ...) is refused before any statement runs.
+func TestAMigrationTheRunnerCannotCheckIsRefusedBeforeItRuns(t *testing.T) {
+	db, _ := mysqltest.Empty(t)
+	ctx := context.Background()
+	files := fstest.MapFS{
+		"migrations/0001_init.sql": {Data: []byte("CREATE TABLE a (\n  id INT NOT NULL,\n  PRIMARY KEY (id)\n);\n")},
+		"migrations/0002_more.sql": {Data: []byte("ALTER TABLE a ADD COLUMN b INT NULL;\n")},
+	}
+	applied, err := db.MigrateFS(ctx, files)
+	if err == nil {
+		t.Fatalf("a migration with ALTER TABLE was accepted (applied %v)", applied)
+	}
+	if !strings.Contains(err.Error(), "0002_more.sql statement 1") {
+		t.Errorf("the error does not name the statement: %v", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'a'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("the first migration ran although the set was refused")
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
@@ -47,18 +47,13 @@ FROM inbox_counters c WHERE c.recipient = ?`
 // At 4 MiB it leaves room under Lambda's 6 MB for any single event.
 const MaxInboxPageBytes = 4 << 20
 
-// MaxServedBodyDepth is the deepest event body the inbox serves as is. Every
-// write route caps its free-form JSON (32 levels for data parts) so that new
-// bodies stay well below it; a deeper stored body (written before the caps)
-// is served as an undeliverable placeholder, never as a response that fails
-// to encode or a page a client's decoder rejects.
-const MaxServedBodyDepth = 64
-
-// Codes of the undeliverable placeholder (mesh.UndeliverableBody.Code).
+// Codes of the undeliverable placeholder (mesh.UndeliverableBody.Code). Which
+// stored bodies cannot be served is decided by jsonlimit.Unservable, the rule
+// the dispatcher and task reads apply too.
 const (
-	UndeliverableUnencodable = "unencodable" // stored body is not valid JSON/UTF-8
-	UndeliverableTooDeep     = "too_deep"    // stored body nests deeper than MaxServedBodyDepth
-	UndeliverableTooLarge    = "too_large"   // the event alone would not fit a response
+	UndeliverableUnencodable = jsonlimit.Unencodable // stored body is not valid JSON/UTF-8
+	UndeliverableTooDeep     = jsonlimit.TooDeep     // stored body nests deeper than jsonlimit.MaxServedDepth
+	UndeliverableTooLarge    = "too_large"           // the event alone would not fit a response
 )
 
 // MetricUndeliverable counts events the inbox served as placeholders.
@@ -110,7 +105,7 @@ func (in Inbox) readBatch(ctx context.Context, recipient string, after int64, n 
 		}
 		e.GroupID, e.TraceID = group.String, trace.String
 		e.Body = body
-		if code := Unservable(body); code != "" {
+		if code := jsonlimit.Unservable(body); code != "" {
 			in.undeliverable(ctx, &e, code)
 		}
 		w, err := wireSize(e)
@@ -128,17 +123,6 @@ func (in Inbox) readBatch(ctx context.Context, recipient string, after int64, n 
 		*out = append(*out, e)
 	}
 	return got, false, rows.Err()
-}
-
-// Unservable returns why a stored body cannot be served as is, or "".
-func Unservable(body []byte) string {
-	switch {
-	case jsonlimit.Exceeds(body, MaxServedBodyDepth): // first: cheap, and json.Valid fails past 10,000 levels
-		return UndeliverableTooDeep
-	case !utf8.Valid(body) || !json.Valid(body):
-		return UndeliverableUnencodable
-	}
-	return ""
 }
 
 // undeliverable replaces e's content by the typed placeholder, keeping its
@@ -205,6 +189,10 @@ type Inbox struct {
 	MinPoll, MaxPoll time.Duration
 	// Sleep waits for d or until ctx ends; tests may count polls through it.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Clock tells the time the wait's deadline is measured by (default
+	// time.Now, whose monotonic reading no wall-clock step can shift); a
+	// test pairs it with a Sleep that advances it.
+	Clock mesh.Clock
 	// Log and Metrics receive the undeliverable reports (defaults:
 	// slog.Default and metrics.Default).
 	Log     *slog.Logger
@@ -226,11 +214,17 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 	if sleep == nil {
 		sleep = sleepCtx
 	}
-	deadline := time.Now().Add(wait)
+	now := in.Clock
+	if now == nil {
+		now = time.Now
+	}
+	deadline := now().Add(wait)
 	if dl, ok := ctx.Deadline(); ok && dl.Add(-time.Second).Before(deadline) {
 		deadline = dl.Add(-time.Second) // leave time to answer before the function times out
 	}
-	pause := minPoll
+	// The pause doubles from minPoll up to maxPoll, without jitter.
+	pause := backoff.Policy{Base: minPoll, Max: maxPoll}
+	polls := 0
 	var events []mesh.Envelope
 	held := false
 	for {
@@ -244,7 +238,7 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 			}
 			return Page{}, err
 		}
-		left := time.Until(deadline)
+		left := deadline.Sub(now())
 		if len(events) > 0 || left <= 0 {
 			break
 		}
@@ -261,12 +255,12 @@ func (in Inbox) Wait(ctx context.Context, recipient string, after int64, limit i
 			defer release()
 			held = true
 		}
-		if err := sleep(ctx, min(pause, left)); err != nil {
+		polls++
+		if err := sleep(ctx, min(pause.Delay(polls), left)); err != nil {
 			// The client went away or the function is about to time out:
 			// answer with what we have (nothing) rather than an error.
 			break
 		}
-		pause = min(pause*2, maxPoll)
 	}
 	page := Page{Events: events, NextAfter: after}
 	if n := len(events); n > 0 {

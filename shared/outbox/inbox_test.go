@@ -3,71 +3,168 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
+// fakeTime is a clock that moves only when a poll sleeps, so Wait's pauses
+// and deadline are exact whatever the machine's load.
+type fakeTime struct {
+	mu     sync.Mutex
+	now    time.Time
+	pauses []time.Duration
+}
+
+func (f *fakeTime) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fakeTime) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pauses = append(f.pauses, d)
+	f.now = f.now.Add(d)
+	return nil
+}
+
+// waitResult runs in.Wait in the background; the test reads its answer with
+// answer, which fails at the test's deadline rather than waiting for ever.
+type waitResult struct {
+	page Page
+	err  error
+}
+
+func startWait(ctx context.Context, in Inbox, recipient string, after int64, wait time.Duration) <-chan waitResult {
+	done := make(chan waitResult, 1)
+	go func() {
+		p, err := in.Wait(ctx, recipient, after, 10, wait)
+		done <- waitResult{p, err}
+	}()
+	return done
+}
+
+// answerWithin is far shorter than the waits it guards (an hour), so a Wait
+// that ends by its own timeout instead of the event it is tested for fails.
+const answerWithin = 20 * time.Second
+
+func answer(t *testing.T, done <-chan waitResult, what string) waitResult {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(answerWithin):
+		t.Fatalf("no answer %v after %s", answerWithin, what)
+		return waitResult{}
+	}
+}
+
+// polling returns a Sleep that really sleeps and closes entered on its
+// first call: the request has found nothing and is waiting.
+func polling(entered chan struct{}) func(context.Context, time.Duration) error {
+	var once sync.Once
+	return func(ctx context.Context, d time.Duration) error {
+		once.Do(func() { close(entered) })
+		return sleepCtx(ctx, d)
+	}
+}
+
 func TestInboxWait(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	withAgents(t, db, "r", "other")
+	withAgents(t, db, "r", "other", "late")
 	if err := appendIn(t, db, []Event{event("r", "1", `{"n":1}`), event("r", "2", `{"n":2}`), event("other", "x", `{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 
 	t.Run("events after the cursor come at once, up to the limit", func(t *testing.T) {
-		p, err := Inbox{DB: db}.Wait(ctx, "r", 0, 1, 5*time.Second)
+		clock := &fakeTime{now: testT0}
+		p, err := Inbox{DB: db, Clock: clock.Now, Sleep: clock.Sleep}.Wait(ctx, "r", 0, 1, 5*time.Second)
 		if err != nil || len(p.Events) != 1 || p.Events[0].Seq != 1 || p.NextAfter != 1 || p.OldestSeq != 1 || string(p.Events[0].Body) != `{"n":1}` {
 			t.Fatalf("page %+v, %v", p, err)
 		}
+		if len(clock.pauses) != 0 {
+			t.Fatalf("a request with events waited %v", clock.pauses)
+		}
 	})
 
-	t.Run("an idle wait polls with a doubling pause capped at MaxPoll", func(t *testing.T) {
-		var pauses []time.Duration
-		in := Inbox{DB: db, MinPoll: 100 * time.Millisecond, MaxPoll: time.Second, Sleep: func(ctx context.Context, d time.Duration) error {
-			pauses = append(pauses, d)
-			return sleepCtx(ctx, d)
-		}}
-		start := time.Now()
+	t.Run("an idle wait polls with a doubling pause capped at MaxPoll until its wait is over", func(t *testing.T) {
+		clock := &fakeTime{now: testT0}
+		in := Inbox{DB: db, MinPoll: 100 * time.Millisecond, MaxPoll: time.Second, Clock: clock.Now, Sleep: clock.Sleep}
 		p, err := in.Wait(ctx, "r", 2, 10, 2500*time.Millisecond)
-		took := time.Since(start)
 		if err != nil || len(p.Events) != 0 || p.NextAfter != 2 {
 			t.Fatalf("page %+v, %v", p, err)
 		}
-		// 100, 200, 400, 800, 1000 ms: 5 pauses, 6 queries in 2.5 s (a fixed
-		// 100 ms poll would make 25).
-		want := []time.Duration{100, 200, 400, 800}
-		for i, w := range want {
-			if i >= len(pauses) || pauses[i] != w*time.Millisecond {
-				t.Fatalf("pauses %v, want them to start %v ms", pauses, want)
-			}
+		// 5 pauses, 6 queries in 2.5 s (a fixed 100 ms poll would make 25),
+		// the last one cut to what is left of the wait.
+		want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second}
+		if fmt.Sprint(clock.pauses) != fmt.Sprint(want) {
+			t.Fatalf("pauses %v, want %v", clock.pauses, want)
 		}
-		if len(pauses) > 6 || took < 2500*time.Millisecond || took > 3500*time.Millisecond {
-			t.Fatalf("%d pauses %v in %v", len(pauses), pauses, took)
-		}
-	})
-
-	t.Run("a wait canceled by the client answers at once with an empty page", func(t *testing.T) {
-		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(300*time.Millisecond, cancel)
-		start := time.Now()
-		p, err := Inbox{DB: db}.Wait(cctx, "r", 2, 10, 10*time.Second)
-		took := time.Since(start)
-		if err != nil || len(p.Events) != 0 || p.OldestSeq != 1 || took < 300*time.Millisecond || took > time.Second {
-			t.Fatalf("page %+v, %v after %v", p, err, took)
+		if waited := clock.Now().Sub(testT0); waited != 2500*time.Millisecond {
+			t.Fatalf("the wait answered after %v of its 2.5 s", waited)
 		}
 	})
 
 	t.Run("a wait ends a second before the function's deadline", func(t *testing.T) {
-		dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-		defer cancel()
+		// The deadline is an hour away on the real clock, so it never fires
+		// during the test; the wait (two hours) is cut by it on the fake one.
 		start := time.Now()
-		p, err := Inbox{DB: db}.Wait(dctx, "r", 2, 10, 10*time.Second)
-		took := time.Since(start)
-		if err != nil || len(p.Events) != 0 || took < 400*time.Millisecond || took > 1200*time.Millisecond {
-			t.Fatalf("page %+v, %v after %v", p, err, took)
+		dctx, cancel := context.WithDeadline(ctx, start.Add(time.Hour))
+		defer cancel()
+		clock := &fakeTime{now: start}
+		in := Inbox{DB: db, MinPoll: 100 * time.Millisecond, MaxPoll: 10 * time.Minute, Clock: clock.Now, Sleep: clock.Sleep}
+		p, err := in.Wait(dctx, "r", 2, 10, 2*time.Hour)
+		if err != nil || len(p.Events) != 0 {
+			t.Fatalf("page %+v, %v", p, err)
+		}
+		if end, want := clock.Now(), start.Add(time.Hour-time.Second); !end.Equal(want) {
+			t.Fatalf("the wait answered %v after it started, want %v (a second before the deadline)", end.Sub(start), want.Sub(start))
+		}
+	})
+
+	t.Run("a wait canceled by the client answers with an empty page", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		entered := make(chan struct{})
+		done := startWait(cctx, Inbox{DB: db, Sleep: polling(entered)}, "r", 2, time.Hour)
+		select {
+		case <-entered:
+		case r := <-done:
+			t.Fatalf("the wait answered %+v, %v before it polled", r.page, r.err)
+		case <-time.After(answerWithin):
+			t.Fatalf("the wait never polled within %v", answerWithin)
+		}
+		cancel()
+		r := answer(t, done, "the client canceled")
+		if r.err != nil || len(r.page.Events) != 0 || r.page.NextAfter != 2 || r.page.OldestSeq != 1 {
+			t.Fatalf("page %+v, %v", r.page, r.err)
+		}
+	})
+
+	t.Run("a waiting request answers with an event that arrives during the wait", func(t *testing.T) {
+		entered := make(chan struct{})
+		done := startWait(ctx, Inbox{DB: db, Sleep: polling(entered)}, "late", 0, time.Hour)
+		select {
+		case <-entered:
+		case r := <-done:
+			t.Fatalf("the wait answered %+v, %v before it polled", r.page, r.err)
+		case <-time.After(answerWithin):
+			t.Fatalf("the wait never polled within %v", answerWithin)
+		}
+		if err := appendIn(t, db, []Event{event("late", "1", `{"n":"late"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		r := answer(t, done, "an event arrived")
+		if r.err != nil || len(r.page.Events) != 1 || r.page.Events[0].Seq != 1 || string(r.page.Events[0].Body) != `{"n":"late"}` {
+			t.Fatalf("page %+v, %v", r.page, r.err)
 		}
 	})
 

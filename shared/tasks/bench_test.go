@@ -30,6 +30,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
@@ -269,7 +270,7 @@ func BenchmarkSendMessage(b *testing.B) {
 	n := benchClients * sendersPerClient
 	sendersIDs, recipients := memberIDs("sender-", n), memberIDs("rcpt-", n)
 	const hot = "hot-recipient"
-	insertAgents(b, e.db, append(recipients, hot)...)
+	identitytest.Agents(b, e.db, append(recipients, hot)...)
 	senders := e.credentials(b, sendersIDs)
 	var pairs [][2]string
 	for i := range senders {
@@ -335,7 +336,7 @@ func BenchmarkGroupFanout1000(b *testing.B) {
 	e := newBenchEnv(b, mesh.SystemClock)
 	owner := e.credentials(b, []string{"fanout-owner"})[0]
 	members := memberIDs("member-", 999)
-	insertAgents(b, e.db, members...)
+	identitytest.Agents(b, e.db, members...)
 	g, err := e.id.AdminCreateGroup(context.Background(), identity.AdminGroupInput{Name: "all hands", Owner: owner.id, Members: members})
 	if err != nil {
 		b.Fatal(err)
@@ -404,7 +405,7 @@ func BenchmarkInboxPoll(b *testing.B) {
 	counter := &countingQuerier{q: e.db}
 	e.svc.Inbox.DB = counter
 	reader := e.credentials(b, []string{"inbox-reader"})[0]
-	insertAgents(b, e.db, "inbox-writer")
+	identitytest.Agents(b, e.db, "inbox-writer")
 	const total, page = 10_000, 100
 	fillInbox(b, e.db, "inbox-writer", reader.id, total)
 

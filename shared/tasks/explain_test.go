@@ -50,7 +50,9 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 			[]string{"", "tasks_initiator", "tasks_recipient"}},
 		{"group membership is a primary key lookup", memberGroupSQL, []any{"grp", "x0001"}, []string{"PRIMARY", "PRIMARY"}},
 		{"a context's group is found by mesh_groups_context", groupOfContextSQL, []any{"ctx-grp"}, []string{"mesh_groups_context"}},
-		{"group members are a primary key range, blocks probed by key", groupOthersSQL, []any{"grp", "x0001", "x0001", "x0001"}, []string{"PRIMARY", "PRIMARY", "agent_blocks_blocked"}},
+		{"group members are a primary key range", groupOthersSQL, []any{"grp", "x0001"}, []string{"PRIMARY"}},
+		{"the sender's blocks are a primary key range", blockedBySQL, []any{"x0001"}, []string{"PRIMARY"}},
+		{"the sender's blockers are an agent_blocks_blocked range", blockersOfSQL, []any{"x0001"}, []string{"agent_blocks_blocked"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
@@ -69,35 +70,11 @@ func (f *fixture) freeze(on bool) {
 	f.mu.Unlock()
 }
 
-// agents bulk-inserts agents with their counter and rate-limit rows, as
-// identity.CreateAgent would (without API keys, which these tests never use).
+// agents creates agents through identity's real CreateAgent, so they have
+// every row an agent has.
 func (f *fixture) agents(t testing.TB, ids ...string) {
 	t.Helper()
-	insertAgents(t, f.db, ids...)
-}
-
-func insertAgents(t testing.TB, db *mysql.DB, ids ...string) {
-	t.Helper()
-	for start := 0; start < len(ids); start += 500 {
-		chunk := ids[start:min(start+500, len(ids))]
-		var agents, others []any
-		for _, id := range chunk {
-			agents = append(agents, id, id, t0)
-			others = append(others, id)
-		}
-		for _, q := range []struct {
-			stmt string
-			args []any
-		}{
-			{"INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", agents},
-			{"INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", others},
-			{"INSERT INTO rate_limits (agent_id, tat_us) VALUES (?, 0)", others},
-		} {
-			if _, err := db.Exec(multiRow(q.stmt, len(chunk)), q.args...); err != nil {
-				t.Fatalf("insert agents: %v", err)
-			}
-		}
-	}
+	identitytest.Agents(t, f.db, ids...)
 }
 
 // refill gives agent a full rate budget again, as if it had been idle.

@@ -1,11 +1,11 @@
 package tasks
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 func TestInboxAPI(t *testing.T) {
@@ -131,46 +131,124 @@ func TestInboxAPI(t *testing.T) {
 	}
 }
 
+// pausedPoll drives a long poll's pauses by hand: the poll's clock only
+// moves when the test lets a pause end, so what the poll does at each point
+// of its wait is checked without waiting in real time or asserting one.
+type pausedPoll struct {
+	mu     sync.Mutex
+	now    time.Time
+	pauses chan pollPause
+}
+
+type pollPause struct {
+	d    time.Duration
+	done chan struct{}
+}
+
+func newPausedPoll(f *fixture) *pausedPoll {
+	p := &pausedPoll{now: t0, pauses: make(chan pollPause)}
+	f.svc.Inbox.Clock = func() time.Time {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.now
+	}
+	f.svc.Inbox.Sleep = func(ctx context.Context, d time.Duration) error {
+		pp := pollPause{d: d, done: make(chan struct{})}
+		select {
+		case p.pauses <- pp:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case <-pp.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return p
+}
+
+// next waits for the poll's next pause; it fails the test at its deadline.
+func (p *pausedPoll) next(t *testing.T) pollPause {
+	t.Helper()
+	select {
+	case pp := <-p.pauses:
+		return pp
+	case <-time.After(raceDeadline):
+		t.Fatal("the poll never paused")
+		return pollPause{}
+	}
+}
+
+// end lets the pause pp end, its time passed on the poll's clock.
+func (p *pausedPoll) end(pp pollPause) {
+	p.mu.Lock()
+	p.now = p.now.Add(pp.d)
+	p.mu.Unlock()
+	close(pp.done)
+}
+
 func TestInboxLongPoll(t *testing.T) {
 	f := newFixture(t)
-	f.svc.Clock = mesh.SystemClock // the poll waits in real time
 	f.agents(t, "alice", "bob")
 	f.friends(t, "alice", "bob")
-
-	t.Run("a waiting request returns as soon as an event arrives", func(t *testing.T) {
-		go func() {
-			time.Sleep(400 * time.Millisecond)
-			r := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages",
-				body: SendRequest{To: "bob", Parts: text("wake up"), MessageID: "wake"}})
-			if r.Status != 202 {
-				t.Errorf("send: %d %s", r.Status, r.Body)
+	poll := newPausedPoll(f)
+	answer := func(query map[string]string) <-chan response {
+		ch := make(chan response, 1)
+		go func() { ch <- f.inbox(t, "bob", query) }()
+		return ch
+	}
+	// got waits for the poll's answer, failing at the deadline; a pause
+	// instead of the answer is a failure too.
+	got := func(t *testing.T, ch <-chan response) inboxPage {
+		t.Helper()
+		select {
+		case r := <-ch:
+			var p inboxPage
+			r.decode(t, &p)
+			if r.Status != 200 {
+				t.Fatalf("%d %s", r.Status, r.Body)
 			}
-		}()
-		start := time.Now()
-		r := f.inbox(t, "bob", map[string]string{"after": "0", "wait": "10"})
-		took := time.Since(start)
-		var p inboxPage
-		r.decode(t, &p)
-		if r.Status != 200 || len(p.Events) != 1 || p.Events[0].MessageID != "wake" {
-			t.Fatalf("%d %s", r.Status, r.Body)
+			return p
+		case pp := <-poll.pauses:
+			t.Fatalf("the poll paused again (%v) instead of answering", pp.d)
+		case <-time.After(raceDeadline):
+			t.Fatal("the poll never answered")
 		}
-		// The backoff is at most 1 s, so the event is seen within ~1 s of arriving.
-		if took < 400*time.Millisecond || took > 2500*time.Millisecond {
-			t.Fatalf("took %v", took)
+		return inboxPage{}
+	}
+
+	t.Run("a waiting request returns at its next poll after an event arrives", func(t *testing.T) {
+		ch := answer(map[string]string{"after": "0", "wait": "10"})
+		first := poll.next(t) // the inbox was empty: the request waits
+		f.send(t, "alice", SendRequest{To: "bob", Parts: text("wake up"), MessageID: "wake"})
+		poll.end(first)
+		p := got(t, ch)
+		if len(p.Events) != 1 || p.Events[0].MessageID != "wake" {
+			t.Fatalf("%+v", p)
 		}
 	})
 
-	t.Run("an idle wait ends empty after the wait", func(t *testing.T) {
-		start := time.Now()
-		r := f.inbox(t, "bob", map[string]string{"after": "1", "wait": "1"})
-		took := time.Since(start)
-		var p inboxPage
-		r.decode(t, &p)
-		if r.Status != 200 || len(p.Events) != 0 || p.NextAfter != 1 {
-			t.Fatalf("%d %s", r.Status, r.Body)
+	t.Run("an idle wait pauses at most a second at a time and ends empty at its deadline", func(t *testing.T) {
+		ch := answer(map[string]string{"after": "1", "wait": "3"})
+		var waited time.Duration
+		var pauses []time.Duration
+		for waited < 3*time.Second {
+			pp := poll.next(t)
+			if pp.d <= 0 || pp.d > time.Second {
+				t.Fatalf("a pause of %v; pauses are from 100 ms up to 1 s", pp.d)
+			}
+			pauses = append(pauses, pp.d)
+			waited += pp.d
+			poll.end(pp)
 		}
-		if took < time.Second || took > 2*time.Second {
-			t.Fatalf("took %v", took)
+		p := got(t, ch)
+		if len(p.Events) != 0 || p.NextAfter != 1 {
+			t.Fatalf("%+v", p)
+		}
+		if waited != 3*time.Second {
+			t.Fatalf("the pauses %v add up to %v, want the 3 s asked for", pauses, waited)
 		}
 	})
 }

@@ -106,8 +106,12 @@ func TestEveryStatusMove(t *testing.T) {
 	t.Run("someone outside the task gets a 404 whatever the move", func(t *testing.T) {
 		f.taskIn(t, "task-private", "alice", "bob", mesh.TaskSubmitted, t0)
 		for _, to := range States {
-			if r := f.status(t, "carol", "task-private", map[string]string{"status": to}); r.Status != 404 || r.code() != "task_not_found" {
+			r := f.status(t, "carol", "task-private", map[string]string{"status": to})
+			if r.Status != 404 || r.code() != "task_not_found" {
 				t.Fatalf("carol -> %s: %d %s", to, r.Status, r.Body)
+			}
+			if m := f.status(t, "carol", "no-such-task", map[string]string{"status": to}); m.Status != r.Status || string(m.Body) != string(r.Body) {
+				t.Fatalf("carol -> %s: the real task answers %d %s, a missing one %d %s", to, r.Status, r.Body, m.Status, m.Body)
 			}
 		}
 	})

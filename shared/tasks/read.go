@@ -239,7 +239,7 @@ const MetricUndeliverableContent = "TaskContentUndeliverable"
 // replaces them by [] (the item keeps its place and ids), logs, counts and
 // returns the reason, so one bad row never fails a whole read.
 func (s *Service) servable(kind, id string, parts *json.RawMessage) string {
-	code := outbox.Unservable(*parts)
+	code := jsonlimit.Unservable(*parts)
 	if code == "" {
 		return ""
 	}

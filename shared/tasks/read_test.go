@@ -81,8 +81,21 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 		if a.Status != 404 || a.code() != "task_not_found" || string(a.Body) != string(b.Body) {
 			t.Fatalf("existing: %d %s; missing: %d %s", a.Status, a.Body, b.Status, b.Body)
 		}
-		if r := f.reply(t, "eve", task.TaskID, ReplyRequest{Parts: text("hi")}); r.Status != 404 {
-			t.Fatalf("eve's reply: %d %s", r.Status, r.Body)
+		writes := []struct {
+			name string
+			call func(taskID string) response
+		}{
+			{"a reply", func(id string) response { return f.reply(t, "eve", id, ReplyRequest{Parts: text("hi")}) }},
+			{"a status move", func(id string) response { return f.status(t, "eve", id, map[string]string{"status": "canceled"}) }},
+			{"an artifact", func(id string) response {
+				return f.artifact(t, "eve", id, ArtifactRequest{Name: "x", Parts: text("x")})
+			}},
+		}
+		for _, w := range writes {
+			a, b := w.call(task.TaskID), w.call("no-such-task")
+			if a.Status != 404 || a.code() != "task_not_found" || string(a.Body) != string(b.Body) {
+				t.Fatalf("eve's %s: existing %d %s; missing %d %s", w.name, a.Status, a.Body, b.Status, b.Body)
+			}
 		}
 	})
 

@@ -36,14 +36,20 @@ const (
 	insertMessageSQL = `INSERT INTO task_messages (task_id, message_id, sender, parts, created_at) VALUES (?, ?, ?, ?, ?)`
 	insertArtifact   = `INSERT INTO task_artifacts (task_id, artifact_id, name, parts, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?)`
 
-	memberGroupSQL = `SELECT g.context_id FROM mesh_groups g JOIN group_members m ON m.group_id = g.group_id WHERE g.group_id = ? AND m.agent_id = ?`
-	// groupOthersSQL lists the members a fan-out reaches: everyone but the
-	// sender, skipping both directions of a block (agent_blocks' primary
-	// key and its (blocked_id, agent_id) key serve the two probes).
-	groupOthersSQL = `SELECT m.agent_id FROM group_members m WHERE m.group_id = ? AND m.agent_id <> ?
-AND NOT EXISTS (SELECT 1 FROM agent_blocks b WHERE b.agent_id = m.agent_id AND b.blocked_id = ?)
-AND NOT EXISTS (SELECT 1 FROM agent_blocks b WHERE b.agent_id = ? AND b.blocked_id = m.agent_id)
-ORDER BY m.agent_id`
+	// The group statements are locking reads, so the membership and the
+	// blocks a fan-out relies on hold until it commits: a member's exit or
+	// a block committing meanwhile waits for the fan-out (see
+	// identity.CanCommunicate). The order is group_members, agents (all
+	// members, ascending), agent_blocks; no writer takes two of them the
+	// other way round.
+	memberGroupSQL = `SELECT g.context_id FROM mesh_groups g JOIN group_members m ON m.group_id = g.group_id WHERE g.group_id = ? AND m.agent_id = ? LOCK IN SHARE MODE`
+	// groupOthersSQL lists the other members (a primary key range).
+	groupOthersSQL = `SELECT agent_id FROM group_members WHERE group_id = ? AND agent_id <> ? ORDER BY agent_id LOCK IN SHARE MODE`
+	// blockedBySQL and blockersOfSQL are both directions of the sender's
+	// blocks (agent_blocks' primary key and its (blocked_id, agent_id) key);
+	// a fan-out skips the members on the other side of either.
+	blockedBySQL    = `SELECT blocked_id FROM agent_blocks WHERE agent_id = ? LOCK IN SHARE MODE`
+	blockersOfSQL   = `SELECT agent_id FROM agent_blocks WHERE blocked_id = ? LOCK IN SHARE MODE`
 	maxRowsPerWrite = 500
 	maxBytesPerStmt = 4 << 20
 )
@@ -573,7 +579,7 @@ func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req G
 		if err != nil {
 			return nil, err
 		}
-		members, err := queryStrings(ctx, tx, groupOthersSQL, groupID, caller, caller, caller)
+		members, err := reachableMembers(ctx, tx, groupID, caller)
 		if err != nil {
 			return nil, err
 		}
@@ -649,6 +655,37 @@ func insertRows(ctx context.Context, tx *sql.Tx, stmt string, n int, row func(i 
 		start += rows
 	}
 	return nil
+}
+
+// reachableMembers lists, in agent id order, the members of groupID other
+// than caller that neither blocked caller nor were blocked by it.
+func reachableMembers(ctx context.Context, tx *sql.Tx, groupID, caller string) ([]string, error) {
+	others, err := queryStrings(ctx, tx, groupOthersSQL, groupID, caller)
+	if err != nil {
+		return nil, err
+	}
+	// The agents rows before agent_blocks, as identity.CanCommunicate
+	// does: a block between the caller and a member holds both rows.
+	if err := identity.LockAgents(ctx, tx, append([]string{caller}, others...)); err != nil {
+		return nil, err
+	}
+	skip := map[string]bool{}
+	for _, q := range []string{blockedBySQL, blockersOfSQL} {
+		ids, err := queryStrings(ctx, tx, q, caller)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			skip[id] = true
+		}
+	}
+	members := others[:0]
+	for _, m := range others {
+		if !skip[m] {
+			members = append(members, m)
+		}
+	}
+	return members, nil
 }
 
 func queryStrings(ctx context.Context, q identity.Querier, query string, args ...any) ([]string, error) {

@@ -16,12 +16,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/localstack"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/samtemplate"
 )
 
 // Options shape the stack; the zero value is the API on a database, without
@@ -50,9 +52,9 @@ type Stack struct {
 	// Env is the application environment (database pool, identity, log).
 	Env *app.Env
 	// Registry holds every function's handler and scheduled job.
-	Registry localstack.Registry
+	Registry apigwlocal.Registry
 	// Template is the repository's template.yaml.
-	Template *localstack.Template
+	Template *samtemplate.Template
 	// Root is the repository's root directory.
 	Root string
 	// Brokers, Topic and Dispatcher are set with Options.Kafka.
@@ -110,13 +112,13 @@ func Start(t testing.TB, o Options) *Stack {
 	if st.Registry, err = localstack.NewRegistry(st.Env, localstack.Deps{Dispatcher: st.Dispatcher}); err != nil {
 		t.Fatal(err)
 	}
-	if st.Root, err = localstack.FindRepoRoot("."); err != nil {
+	if st.Root, err = samtemplate.FindRepoRoot("."); err != nil {
 		t.Fatal(err)
 	}
-	if st.Template, err = localstack.LoadTemplate(filepath.Join(st.Root, "template.yaml")); err != nil {
+	if st.Template, err = samtemplate.Load(filepath.Join(st.Root, "template.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := localstack.NewServer(st.Template, st.Registry.HTTP, log)
+	srv, err := apigwlocal.NewServer(st.Template, st.Registry.HTTP, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,317 @@
+package apigwlocal
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/samtemplate"
+)
+
+// MaxPayloadBytes is API Gateway's request payload limit (10 MB).
+const MaxPayloadBytes = 10 << 20
+
+// IntegrationTimeout is API Gateway HTTP API's longest Lambda integration
+// timeout: a function's own Timeout is capped by it.
+const IntegrationTimeout = 30 * time.Second
+
+// Server is an http.Handler that plays API Gateway HTTP API for the routes of
+// a template: it turns each request into an events.APIGatewayV2HTTPRequest,
+// invokes the function's handler and writes its events.APIGatewayV2HTTPResponse.
+type Server struct {
+	router   *Router
+	handlers map[string]httpapi.LambdaHandler
+	timeouts map[string]time.Duration
+	log      *slog.Logger
+	// Now is the clock stamped into requestContext.time (tests pin it).
+	Now func() time.Time
+}
+
+// NewServer serves t's routes with handlers (keyed by logical ID). A route
+// whose function has no handler answers 501; Stack refuses to start in that
+// case unless told to run partially.
+func NewServer(t *samtemplate.Template, handlers map[string]httpapi.LambdaHandler, log *slog.Logger) (*Server, error) {
+	r, err := NewRouter(t)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	timeouts := map[string]time.Duration{}
+	for _, f := range t.Functions {
+		timeouts[f.LogicalID] = min(f.Timeout, IntegrationTimeout)
+	}
+	return &Server{router: r, handlers: handlers, timeouts: timeouts, log: log, Now: time.Now}, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	requestID := newRequestID()
+	w.Header().Set("Apigw-Requestid", requestID)
+	m := s.router.Match(r.Method, r.URL.EscapedPath())
+	if m.Function == "" {
+		if len(m.Allow) > 0 {
+			w.Header().Set("Allow", strings.Join(m.Allow, ", "))
+			writeProblem(w, http.StatusMethodNotAllowed, "method_not_allowed",
+				fmt.Sprintf("%s is not a route; this path supports %s", r.Method, strings.Join(m.Allow, ", ")), requestID)
+			return
+		}
+		writeProblem(w, http.StatusNotFound, "route_not_found",
+			fmt.Sprintf("no route of template.yaml matches %s %s", r.Method, r.URL.EscapedPath()), requestID)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxPayloadBytes+1))
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid_body", "the request body could not be read", requestID)
+		return
+	}
+	if len(body) > MaxPayloadBytes {
+		writeProblem(w, http.StatusRequestEntityTooLarge, "body_too_large",
+			fmt.Sprintf("request payloads are limited to %d bytes, as in API Gateway", MaxPayloadBytes), requestID)
+		return
+	}
+	h := s.handlers[m.Function]
+	if h == nil {
+		writeProblem(w, http.StatusNotImplemented, "not_implemented",
+			fmt.Sprintf("%s has no handler in this build of the local stack", m.Function), requestID)
+		return
+	}
+	ev := BuildEvent(r, body, m, requestID, s.Now())
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeouts[m.Function])
+	defer cancel()
+	resp, err := s.invoke(ctx, h, ev)
+	if err != nil {
+		// What API Gateway answers when the integration fails: the cause is in
+		// the function's log, the client sees a bare 500 (503 on timeout).
+		status := http.StatusInternalServerError
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			status = http.StatusServiceUnavailable
+		}
+		s.log.Error("function invocation failed", "function", m.Function, "route", ev.RouteKey, "request_id", requestID, "err", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"message":%q}`, http.StatusText(status))
+		return
+	}
+	if err := WriteResponse(w, resp); err != nil {
+		s.log.Error("bad function response", "function", m.Function, "route", ev.RouteKey, "request_id", requestID, "err", err)
+	}
+}
+
+// invoke calls h, turning a panic into an error as the Lambda runtime would.
+func (s *Server) invoke(ctx context.Context, h httpapi.LambdaHandler, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h(ctx, ev)
+}
+
+// BuildEvent turns an HTTP request into the payload 2.0 event API Gateway
+// would send for route m: header names lower-cased and repeated values joined
+// with commas, cookies moved out of the headers into Cookies, query values
+// decoded and joined with commas, a non-text body base64-encoded.
+func BuildEvent(r *http.Request, body []byte, m Match, requestID string, now time.Time) events.APIGatewayV2HTTPRequest {
+	sourceIP := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		sourceIP = host
+	}
+	headers := map[string]string{}
+	var cookies []string
+	for name, values := range r.Header {
+		lname := strings.ToLower(name)
+		if lname == "cookie" {
+			for _, v := range values {
+				for _, c := range strings.Split(v, ";") {
+					if c = strings.TrimSpace(c); c != "" {
+						cookies = append(cookies, c)
+					}
+				}
+			}
+			continue
+		}
+		headers[lname] = strings.Join(values, ",")
+	}
+	// Go moves Host out of the header map; API Gateway keeps it.
+	headers["host"] = r.Host
+	headers["content-length"] = strconv.Itoa(len(body))
+	if prior := headers["x-forwarded-for"]; prior != "" {
+		headers["x-forwarded-for"] = prior + ", " + sourceIP
+	} else {
+		headers["x-forwarded-for"] = sourceIP
+	}
+	proto, port := "http", "80"
+	if r.TLS != nil {
+		proto, port = "https", "443"
+	}
+	if _, p, err := net.SplitHostPort(r.Host); err == nil {
+		port = p
+	}
+	headers["x-forwarded-proto"] = proto
+	headers["x-forwarded-port"] = port
+	headers["x-amzn-trace-id"] = newTraceID(now)
+
+	var query map[string]string
+	if r.URL.RawQuery != "" {
+		// ParseQuery returns what it could parse alongside an error for the
+		// rest; API Gateway likewise passes the well-formed pairs on.
+		values, _ := url.ParseQuery(r.URL.RawQuery)
+		if len(values) > 0 {
+			query = make(map[string]string, len(values))
+			for k, v := range values {
+				query[k] = strings.Join(v, ",")
+			}
+		}
+	}
+
+	domain := r.Host
+	if h, _, err := net.SplitHostPort(r.Host); err == nil {
+		domain = h
+	}
+	prefix, _, _ := strings.Cut(domain, ".")
+	ev := events.APIGatewayV2HTTPRequest{
+		Version:               "2.0",
+		RouteKey:              m.Route.Key(),
+		RawPath:               r.URL.EscapedPath(),
+		RawQueryString:        r.URL.RawQuery,
+		Cookies:               cookies,
+		Headers:               headers,
+		QueryStringParameters: query,
+		PathParameters:        m.PathParameters,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey:     m.Route.Key(),
+			AccountID:    "local",
+			Stage:        "$default",
+			RequestID:    requestID,
+			APIID:        "local",
+			DomainName:   domain,
+			DomainPrefix: prefix,
+			Time:         now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
+			TimeEpoch:    now.UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+				Method:    r.Method,
+				Path:      r.URL.EscapedPath(),
+				Protocol:  r.Proto,
+				SourceIP:  sourceIP,
+				UserAgent: r.UserAgent(),
+			},
+		},
+	}
+	if len(body) > 0 {
+		if IsTextContent(r.Header.Get("Content-Type")) && utf8.Valid(body) {
+			ev.Body = string(body)
+		} else {
+			ev.Body = base64.StdEncoding.EncodeToString(body)
+			ev.IsBase64Encoded = true
+		}
+	}
+	return ev
+}
+
+// IsTextContent reports whether API Gateway passes a body of this content
+// type as text; every other body (form posts included) arrives base64-encoded.
+func IsTextContent(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(mt, "text/"):
+		return true
+	case mt == "application/json", mt == "application/xml", mt == "application/javascript",
+		mt == "application/yaml", mt == "application/graphql":
+		return true
+	case strings.HasSuffix(mt, "+json"), strings.HasSuffix(mt, "+xml"):
+		return true
+	}
+	return false
+}
+
+// WriteResponse writes a function's response as API Gateway would: headers
+// (multi-value ones too), cookies as Set-Cookie, the status, and the body
+// decoded from base64 when the function says so.
+func WriteResponse(w http.ResponseWriter, resp events.APIGatewayV2HTTPResponse) error {
+	body := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(resp.Body)
+		if err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
+			return fmt.Errorf("isBase64Encoded body is not base64: %w", err)
+		}
+		body = b
+	}
+	status := resp.StatusCode
+	if status < 100 || status > 599 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
+		return fmt.Errorf("function returned status %d", status)
+	}
+	h := w.Header()
+	for k, v := range resp.Headers {
+		h.Set(k, v)
+	}
+	for k, vs := range resp.MultiValueHeaders {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	for _, c := range resp.Cookies {
+		h.Add("Set-Cookie", c)
+	}
+	if h.Get("Content-Type") == "" && len(body) > 0 {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, err := w.Write(body)
+	return err
+}
+
+// writeProblem answers for the gateway itself (no function involved) with
+// the same problem document shape the functions use.
+func writeProblem(w http.ResponseWriter, status int, code, detail, requestID string) {
+	b, _ := json.Marshal(httpapi.Problem{
+		Type: "urn:agentmesh:problem:" + code, Title: http.StatusText(status), Status: status,
+		Code: code, Detail: detail, Instance: requestID,
+	})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// newRequestID mimics API Gateway's request ids (e.g. "JKJaXmPLvHcESHA=").
+func newRequestID() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// newTraceID is an X-Ray trace header as API Gateway adds it.
+func newTraceID(now time.Time) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("Root=1-%08x-%s", now.Unix(), hex.EncodeToString(b))
+}

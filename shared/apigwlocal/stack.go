@@ -1,0 +1,253 @@
+package apigwlocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/samtemplate"
+)
+
+// Registry is what the local stack runs for each function of the template:
+// the HTTP handler of every function with HttpApi events and the job of
+// every function with Schedule events, keyed by logical ID.
+type Registry struct {
+	HTTP map[string]httpapi.LambdaHandler
+	Jobs app.Jobs
+	// Replaced lists the template functions the local stack deliberately
+	// does not run, with what runs instead (e.g. a deploy-time function
+	// whose work the caller does itself before serving).
+	Replaced map[string]string
+}
+
+// Check reports, naming every function concerned, where reg and the template
+// t disagree: a function with routes but no handler, a function with
+// schedules but no job, or a handler or job for a function that has no such
+// events. Replaced functions are not checked.
+func (reg Registry) Check(t *samtemplate.Template) error {
+	wantHTTP, wantJobs := map[string]bool{}, map[string]bool{}
+	var problems []string
+	for _, f := range t.Functions {
+		if _, ok := reg.Replaced[f.LogicalID]; ok {
+			continue
+		}
+		if len(f.Routes) > 0 {
+			wantHTTP[f.LogicalID] = true
+		}
+		if len(f.Schedules) > 0 {
+			wantJobs[f.LogicalID] = true
+		}
+		if len(f.Routes) == 0 && len(f.Schedules) == 0 {
+			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event, so the local stack cannot run it", f.LogicalID))
+		}
+	}
+	var missingHTTP, extraHTTP, missingJobs, extraJobs []string
+	for id := range wantHTTP {
+		if reg.HTTP[id] == nil {
+			missingHTTP = append(missingHTTP, id)
+		}
+	}
+	for id := range reg.HTTP {
+		if !wantHTTP[id] {
+			extraHTTP = append(extraHTTP, id)
+		}
+	}
+	for id := range wantJobs {
+		if reg.Jobs[id] == nil {
+			missingJobs = append(missingJobs, id)
+		}
+	}
+	for id := range reg.Jobs {
+		if !wantJobs[id] {
+			extraJobs = append(extraJobs, id)
+		}
+	}
+	add := func(ids []string, what string) {
+		if len(ids) > 0 {
+			sort.Strings(ids)
+			problems = append(problems, what+": "+strings.Join(ids, ", "))
+		}
+	}
+	add(missingHTTP, "no HTTP handler registered for")
+	add(extraHTTP, "HTTP handler registered for a function without HttpApi events in template.yaml")
+	add(missingJobs, "no scheduled job registered for")
+	add(extraJobs, "scheduled job registered for a function without Schedule events in template.yaml")
+	if len(problems) > 0 {
+		return fmt.Errorf("the local registry does not match template.yaml: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Stack serves a template's routes and fires its schedules.
+type Stack struct {
+	Template *samtemplate.Template
+	Registry Registry
+	Log      *slog.Logger
+	// Partial starts even when handlers are missing: their routes answer 501
+	// and their schedules do not fire. For work in progress only.
+	Partial bool
+	// OnScheduledRun, if set, is told about every scheduled run.
+	OnScheduledRun func(function string, took time.Duration, err error)
+}
+
+// Serve serves HTTP on ln and runs the schedules until ctx is done, then shuts
+// down gracefully: no new connections, in-flight requests get a few seconds
+// to finish, and it returns only after every scheduled run has returned.
+func (s *Stack) Serve(ctx context.Context, ln net.Listener) error {
+	log := s.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := s.Registry.Check(s.Template); err != nil {
+		if !s.Partial {
+			ln.Close()
+			return err
+		}
+		log.Warn("starting a partial local stack", "err", err)
+	}
+	srv, err := NewServer(s.Template, s.Registry.HTTP, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// Requests run under baseCtx, which is cancelled only when a graceful
+	// shutdown takes too long (long polls of GET /v1/inbox wait up to 20 s).
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	schedCtx, stopSchedules := context.WithCancel(ctx)
+	defer stopSchedules()
+	schedules := s.startSchedules(schedCtx, log)
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err = <-served:
+		// The listener failed on its own; stop the schedules too.
+	case <-ctx.Done():
+		shutdown(hs, cancelBase)
+		<-served
+		err = nil
+	}
+	stopSchedules()
+	schedules.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// startSchedules starts one runSchedule per Schedule of every function that
+// has a job; the returned group is done once ctx is done and every run has
+// returned.
+func (s *Stack) startSchedules(ctx context.Context, log *slog.Logger) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, f := range s.Template.Functions {
+		job := s.Registry.Jobs[f.LogicalID]
+		if job == nil {
+			continue
+		}
+		for _, sch := range f.Schedules {
+			wg.Go(func() { s.runSchedule(ctx, log, f, sch, job) })
+		}
+	}
+	return &wg
+}
+
+// shutdown stops hs gracefully: 3 s for in-flight requests to finish on
+// their own, then their contexts are cancelled (cancelBase) and they get 5 s
+// more before the connections are closed.
+func shutdown(hs *http.Server, cancelBase context.CancelFunc) {
+	shCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := hs.Shutdown(shCtx)
+	cancel()
+	if err == nil {
+		return
+	}
+	cancelBase()
+	shCtx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shCtx); err != nil {
+		_ = hs.Close()
+	}
+}
+
+// runSchedule fires job once now and then every sch.Every, like an
+// EventBridge rule invoking a Lambda function: each run gets the function's
+// timeout as its deadline, and a run that outlasts the period overlaps the
+// next one instead of delaying it (the DispatcherFunction relies on this:
+// its runs overlap so that delivery never pauses). Runs that ignore their
+// deadline cannot pile up: at most timeout/period + 1 run at once, and a tick
+// that finds that many still running is skipped with a warning. It returns
+// once ctx is done and every run has returned.
+func (s *Stack) runSchedule(ctx context.Context, log *slog.Logger, f samtemplate.Function, sch samtemplate.Schedule, job app.Job) {
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = sch.Every
+	}
+	limit := int(timeout/sch.Every) + 1
+	var running sync.WaitGroup
+	defer running.Wait()
+	slots := make(chan struct{}, limit)
+	run := func() {
+		defer func() { <-slots }()
+		defer running.Done()
+		runCtx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		start := time.Now()
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("job panicked: %v", p)
+				}
+			}()
+			return job(runCtx)
+		}()
+		took := time.Since(start)
+		if err != nil && ctx.Err() == nil {
+			log.Error("scheduled run failed", "function", f.LogicalID, "schedule", sch.Expr, "took", took, "err", err)
+		} else {
+			log.Info("scheduled run", "function", f.LogicalID, "schedule", sch.Expr, "took", took)
+		}
+		if s.OnScheduledRun != nil {
+			s.OnScheduledRun(f.LogicalID, took, err)
+		}
+	}
+	fire := func() {
+		select {
+		case slots <- struct{}{}:
+			running.Add(1)
+			go run()
+		default:
+			log.Warn("scheduled run skipped: earlier runs are still running past their timeout", "function", f.LogicalID, "schedule", sch.Expr, "running", limit)
+		}
+	}
+	// The ticker starts with the first run, so the rate is kept from the
+	// start as EventBridge keeps it, whatever each run takes.
+	t := time.NewTicker(sch.Every)
+	defer t.Stop()
+	fire()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fire()
+		}
+	}
+}
