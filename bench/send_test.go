@@ -24,11 +24,13 @@ import (
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/seal"
 	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 // sendClients are the concurrencies of the send-path comparison; 32 is
@@ -57,7 +59,7 @@ func newSendEnv(t testing.TB, db *mysql.DB, tmpl events.APIGatewayV2HTTPRequest,
 		JWTKeys: []config.JWTKey{{ID: "bench", Secret: jwtKey}}}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	svc := &tasks.Service{DB: db, Clock: mesh.SystemClock, Log: log}
-	return &sendEnv{db: db, h: httpapi.Lambda(id, log, tasks.Endpoints(svc).Must("SendMessageFunction")), tmpl: tmpl, body: body}
+	return &sendEnv{db: db, h: httpapi.Lambda(identityhttp.Authenticator(id), log, taskshttp.Endpoints(svc).Must("SendMessageFunction")), tmpl: tmpl, body: body}
 }
 
 // send is one POST /v1/messages from token to recipient with messageID.
@@ -317,7 +319,7 @@ func credentials(t testing.TB, e *sendEnv, agents []string) []string {
 			_, key, err := id.CreateAgent(context.Background(), a, "")
 			if err == nil {
 				var tok identity.TokenResponse
-				if tok, err = id.IssueToken(context.Background(), key); err == nil {
+				if tok, err = id.IssueToken(context.Background(), key, ""); err == nil {
 					out[i] = tok.Token
 				}
 			}

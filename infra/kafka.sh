@@ -26,8 +26,8 @@ STAMP="$LIB_DIR/.mesh-kafka-stamp"
 POM="$INFRA_DIR/kafka/pom.xml"
 LOG4J_CONFIG="$INFRA_DIR/kafka/log4j2.properties"
 HOST=127.0.0.1
-PORT="${MESH_KAFKA_PORT:-39092}"
-CONTROLLER_PORT="${MESH_KAFKA_CONTROLLER_PORT:-39093}"
+PORT="${MESH_KAFKA_PORT:-29092}"
+CONTROLLER_PORT="${MESH_KAFKA_CONTROLLER_PORT:-29093}"
 START_TIMEOUT=90
 
 # A small heap is plenty for a test broker; G1 keeps pauses short.

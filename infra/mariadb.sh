@@ -18,7 +18,7 @@ DATA_DIR="$DB_DIR/data"
 SOCKET="$DB_DIR/mysqld.sock"
 PID_FILE="$DB_DIR/mariadbd.pid"
 LOG_FILE="$DB_DIR/mariadbd.log"
-PORT="${MESH_MARIADB_PORT:-33306}"
+PORT="${MESH_MARIADB_PORT:-23306}"
 HOST=127.0.0.1
 
 # Same settings as the project documents for Aurora compatibility.

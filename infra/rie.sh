@@ -13,7 +13,7 @@
 #
 # The function gets the caller's environment, with defaults for the local
 # services: MYSQL_DSN (the private MariaDB, infra/mariadb.sh dsn),
-# KAFKA_BROKERS (127.0.0.1:39092), and fresh random MESH_ADMIN_KEY,
+# KAFKA_BROKERS (127.0.0.1:29092), and fresh random MESH_ADMIN_KEY,
 # MESH_JWT_KEYS and MESH_INBOX_MASTER_KEY (set your own to call routes that
 # need a token). RIE_TIMEOUT is the function timeout in seconds (default 30).
 #
@@ -97,7 +97,7 @@ rand_b64() { head -c 32 /dev/urandom | base64 | tr -d '\n'; }
 # A setting given as a Secrets Manager ARN (MESH_DB_SECRET_ARN,
 # MESH_<NAME>_SECRET_ARN; e.g. served by moto) gets no local default.
 [[ -n "${MESH_DB_SECRET_ARN:-}" ]] || export MYSQL_DSN="${MYSQL_DSN:-$("$INFRA_DIR/mariadb.sh" dsn)}"
-export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:39092}"
+export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:29092}"
 [[ -n "${MESH_ADMIN_KEY_SECRET_ARN:-}" ]] || export MESH_ADMIN_KEY="${MESH_ADMIN_KEY:-local-$(rand_b64 | tr -dc 'A-Za-z0-9' | head -c 32)}"
 [[ -n "${MESH_JWT_KEYS_SECRET_ARN:-}" ]] || export MESH_JWT_KEYS="${MESH_JWT_KEYS:-local:$(rand_b64)}"
 [[ -n "${MESH_INBOX_MASTER_KEY_SECRET_ARN:-}" ]] || export MESH_INBOX_MASTER_KEY="${MESH_INBOX_MASTER_KEY:-$(rand_b64)}"

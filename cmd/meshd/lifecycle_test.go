@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 // runBin runs the meshd binary to completion (bounded) with env added.
@@ -278,54 +278,6 @@ exec meshd tasks status --message-id "done-$MESH_EVENT_ID" completed "done"
 	}
 }
 
-// watchWriter is a stderr a test can wait on: every write wakes waitFor.
-type watchWriter struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	changed chan struct{} // closed and replaced on every write
-}
-
-func newWatchWriter() *watchWriter { return &watchWriter{changed: make(chan struct{})} }
-
-func (w *watchWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n, err := w.buf.Write(p)
-	close(w.changed)
-	w.changed = make(chan struct{})
-	return n, err
-}
-
-func (w *watchWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-// waitFor waits until everything in want was written, failing the test at
-// the deadline.
-func (w *watchWriter) waitFor(t *testing.T, d time.Duration, want ...string) {
-	t.Helper()
-	deadline := time.After(d)
-	for {
-		w.mu.Lock()
-		text, changed := w.buf.String(), w.changed
-		w.mu.Unlock()
-		missing := false
-		for _, s := range want {
-			missing = missing || !strings.Contains(text, s)
-		}
-		if !missing {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("not written within %v: %q\n%s", d, want, text)
-		}
-	}
-}
-
 // TestAnUnreachableAPIIsNamedFirst: the first thing a command says when the
 // API does not answer names MESH_API_URL (after 1.5 s of silence, or at the
 // first refused attempt), then it counts the retries.
@@ -353,12 +305,12 @@ func TestAnUnreachableAPIIsNamedFirst(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			w := newWatchWriter()
+			w := &testenv.Buffer{}
 			code := make(chan int, 1)
 			go func() {
 				code <- cli(ctx, []string{"send", "--to", "alice", "hi"}, env(map[string]string{"MESH_API_URL": c.url, "MESH_API_KEY": secretKey}), strings.NewReader(""), &bytes.Buffer{}, w)
 			}()
-			w.waitFor(t, 20*time.Second, c.want...)
+			w.WaitFor(t, 20*time.Second, c.want...)
 			cancel() // the call would retry for 30 s
 			select {
 			case got := <-code:
@@ -389,12 +341,12 @@ func TestRunNamesAnUnreachableAPIAndStops(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := newWatchWriter()
+	w := &testenv.Buffer{}
 	code := make(chan int, 1)
 	go func() {
 		code <- cli(ctx, []string{"run", "--", "cat"}, env(map[string]string{"MESH_API_URL": url, "MESH_API_KEY": secretKey, "MESH_STATE_DIR": t.TempDir()}), strings.NewReader(""), &bytes.Buffer{}, w)
 	}()
-	w.waitFor(t, 20*time.Second, "check MESH_API_URL", url)
+	w.WaitFor(t, 20*time.Second, "check MESH_API_URL", url)
 	cancel()
 	select {
 	case got := <-code:

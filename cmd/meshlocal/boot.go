@@ -33,7 +33,7 @@ import (
 // Defaults of the local mesh.
 const (
 	DefaultHTTPAddr  = "127.0.0.1:8080"
-	DefaultKfakePort = 39192
+	DefaultKfakePort = 29192
 	topicRetention   = 7 * 24 * time.Hour
 )
 

@@ -5,11 +5,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.HTTP(accounts.Endpoints(accounts.New(env.Identity, tasks.New(env))).Must("AdminCreateAccountFunction")))
+	lambda.Start(env.HTTP(accountshttp.Endpoints(accounts.New(env.Identity, taskshttp.New(env))).Must("AdminCreateAccountFunction")))
 }

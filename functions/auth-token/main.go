@@ -8,12 +8,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 )
 
 func main() {
 	env := app.MustLoad()
 	lambda.Start(env.WithCustomResource(
-		env.HTTP(identity.Endpoints(env.Identity).Must("AuthTokenFunction")),
-		identity.PublicKeysResource(env.Config.JWTKeys)))
+		env.HTTP(identityhttp.Endpoints(env.Identity).Must("AuthTokenFunction")),
+		identityhttp.PublicKeysResource(env.Config.JWTKeys)))
 }

@@ -7,12 +7,12 @@ import (
 	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/console"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 	"github.com/agentmesh/agentmesh/shared/tracing"
 )
 
 func main() {
 	env := app.MustLoad()
-	c := console.New(accounts.New(env.Identity, tasks.New(env)), env.Log)
+	c := console.New(accounts.New(env.Identity, taskshttp.New(env)), env.Log)
 	lambda.Start(tracing.HTTP(c.Handler()))
 }

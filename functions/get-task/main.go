@@ -5,10 +5,10 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.HTTP(tasks.Endpoints(tasks.New(env)).Must("GetTaskFunction")))
+	lambda.Start(env.HTTP(taskshttp.Endpoints(taskshttp.New(env)).Must("GetTaskFunction")))
 }

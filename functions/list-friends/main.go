@@ -5,10 +5,10 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.HTTP(identity.Endpoints(env.Identity).Must("ListFriendsFunction")))
+	lambda.Start(env.HTTP(identityhttp.Endpoints(env.Identity).Must("ListFriendsFunction")))
 }

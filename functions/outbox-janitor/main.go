@@ -5,10 +5,10 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.Scheduled("OutboxJanitorFunction", tasks.Jobs(tasks.New(env)).Must("OutboxJanitorFunction")))
+	lambda.Start(env.Scheduled("OutboxJanitorFunction", taskshttp.Jobs(taskshttp.New(env)).Must("OutboxJanitorFunction")))
 }

@@ -5,10 +5,10 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.Scheduled("TaskScannerFunction", tasks.Jobs(tasks.New(env)).Must("TaskScannerFunction")))
+	lambda.Start(env.Scheduled("TaskScannerFunction", taskshttp.Jobs(taskshttp.New(env)).Must("TaskScannerFunction")))
 }

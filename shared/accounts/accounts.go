@@ -1,9 +1,11 @@
 // Package accounts provides the people agents belong to: accounts with
-// email and password, their sessions (cookie, CSRF token, expiry, throttled
-// failures), the account routes that manage an account's own agents, the
-// audit log as accounts read it, and the operator's dead-letter redrive.
+// email and password, their sessions (token, CSRF token, expiry, throttled
+// failures), the management of an account's own agents, the audit log as
+// accounts read it, and the operator's dead-letter redrive. Its methods
+// return typed results and mesh errors; the HTTP routes (cookies, request
+// decoding, status codes) are in accountshttp.
 //
-// Account routes act for one of the account's agents through the very
+// Account methods act for one of the account's agents through the very
 // service methods the agent's own routes use (identity, tasks), under
 // identity.WithActor, so both paths decide alike and the audit log names
 // the account.
@@ -18,13 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"golang.org/x/crypto/argon2"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -56,7 +58,9 @@ func (s *Service) now() time.Time {
 	return s.Clock()
 }
 
-func (s *Service) ttl() time.Duration {
+// SessionLifetime is how long a session lasts from sign-in (the cookie's
+// Max-Age).
+func (s *Service) SessionLifetime() time.Duration {
 	if s.SessionTTL <= 0 {
 		return DefaultSessionTTL
 	}
@@ -64,22 +68,10 @@ func (s *Service) ttl() time.Duration {
 }
 
 // Account is an account as the API shows it (never its password hash).
-type Account struct {
-	AccountID string    `json:"account_id"`
-	Email     string    `json:"email"`
-	Name      string    `json:"name"`
-	Operator  bool      `json:"operator"`
-	CreatedAt time.Time `json:"created_at"`
-}
+type Account = api.Account
 
 // NewAccountInput is the admin route's body.
-type NewAccountInput struct {
-	Email    string `json:"email"`
-	Password string `json:"password"`
-	Name     string `json:"name"`
-	// Operator accounts also see the outbox's health and redrive dead letters.
-	Operator bool `json:"operator"`
-}
+type NewAccountInput = api.CreateAccountRequest
 
 // Password length bounds, in bytes: long enough to resist guessing under the
 // sign-in throttle, short enough that hashing stays cheap.
@@ -194,19 +186,12 @@ func (s *Service) ownAgent(ctx context.Context, acc Account, agentID string) err
 	return err
 }
 
-// actAs is ctx under which identity and tasks record acc as the actor.
-func actAs(ctx context.Context, acc Account) context.Context {
-	return identity.WithActor(ctx, identity.Actor{Kind: identity.ActorAccount, ID: acc.AccountID})
+// ActorOf is acc as the audit log names it.
+func ActorOf(acc Account) identity.Actor {
+	return identity.Actor{Kind: identity.ActorAccount, ID: acc.AccountID}
 }
 
-// parseLimit reads an optional page size from 1 to max.
-func parseLimit(v string, def, max int) (int, error) {
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > max {
-		return 0, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "limit must be an integer from 1 to %d", max)
-	}
-	return n, nil
+// actAs is ctx under which identity and tasks record acc as the actor.
+func actAs(ctx context.Context, acc Account) context.Context {
+	return identity.WithActor(ctx, ActorOf(acc))
 }

@@ -4,45 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // Key is one API key of an agent (never its secret).
-type Key struct {
-	KeyID     string     `json:"key_id"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at"`
-}
+type Key = api.AccountKey
 
 // AgentView is one of the account's agents with what its owner watches.
-type AgentView struct {
-	AgentID         string     `json:"agent_id"`
-	Name            string     `json:"name"`
-	Kind            string     `json:"kind"`
-	Status          string     `json:"status"`
-	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
-	FriendPolicy    string     `json:"friend_policy"`
-	SameAccountAuto bool       `json:"same_account_auto"`
-	// LastSeq is the newest event written to the agent's inbox; HandledSeq
-	// the newest its meshd reported handled (heartbeat stats), and InboxLag
-	// the difference: events written and not yet handled.
-	LastSeq    int64 `json:"last_seq"`
-	HandledSeq int64 `json:"handled_seq"`
-	InboxLag   int64 `json:"inbox_lag"`
-	// Pending events not yet published to Kafka; DeadLetters given up on
-	// (still served by GET /v1/inbox; an operator can redrive them).
-	Pending     int64 `json:"pending"`
-	DeadLetters int64 `json:"dead_letters"`
-	// Parked is the number of events meshd parked after its handler failed
-	// for good, when its heartbeat reports it.
-	Parked int64           `json:"parked"`
-	Stats  json.RawMessage `json:"stats"`
-	Keys   []Key           `json:"keys"`
-}
+type AgentView = api.AccountAgent
 
 // MaxAgentsPage bounds one page of an account's agents: with heartbeat
 // stats at their 8 KiB limit and 20 keys each, a page stays far inside a
@@ -127,13 +100,20 @@ func (s *Service) keys(ctx context.Context, agentID string) ([]Key, error) {
 	return out, rows.Err()
 }
 
+// CreatedAgent is a new agent with its kind and first API key.
+type CreatedAgent = api.AccountNewAgent
+
 // CreateAgent creates an agent of kind owned by acc; its API key is in the
 // answer only.
-func (s *Service) CreateAgent(ctx context.Context, acc Account, agentID, name, kind string) (identity.NewAgent, error) {
+func (s *Service) CreateAgent(ctx context.Context, acc Account, agentID, name, kind string) (CreatedAgent, error) {
 	if kind == "" {
 		kind = identity.KindNormal
 	}
-	return s.Identity.CreateAgentFor(actAs(ctx, acc), acc.AccountID, kind, agentID, name)
+	a, err := s.Identity.CreateAgentFor(actAs(ctx, acc), acc.AccountID, kind, agentID, name)
+	if err != nil {
+		return CreatedAgent{}, err
+	}
+	return CreatedAgent{AgentID: a.AgentID, Name: a.Name, Kind: a.Kind, KeyID: a.KeyID, APIKey: a.APIKey, KeyEpoch: a.KeyEpoch, CreatedAt: a.CreatedAt}, nil
 }
 
 // RotateKey issues a new key for one of acc's agents.
@@ -162,12 +142,7 @@ func (s *Service) Drain(ctx context.Context, acc Account, agentID string) (strin
 }
 
 // PolicyInput is the body of the policy route.
-type PolicyInput struct {
-	// FriendPolicy is agent (the agent decides its requests) or account.
-	FriendPolicy string `json:"friend_policy"`
-	// SameAccountAuto accepts requests between the account's agents at once.
-	SameAccountAuto bool `json:"same_account_auto"`
-}
+type PolicyInput = api.PolicyRequest
 
 // SetPolicy sets how friend requests to one of acc's agents are decided.
 func (s *Service) SetPolicy(ctx context.Context, acc Account, agentID string, in PolicyInput) (identity.AgentPolicy, error) {
@@ -210,12 +185,7 @@ func (s *Service) ListTasks(ctx context.Context, acc Account, agentID string, q 
 // notes included) from after, and its recent artifacts: at most
 // tasks.MaxMessagePageBytes and tasks.DetailArtifactBytes of JSON, which
 // fit one Lambda response together.
-type Timeline struct {
-	Task             tasks.Task        `json:"task"`
-	Messages         tasks.MessagePage `json:"messages"`
-	Artifacts        []tasks.Artifact  `json:"artifacts"`
-	EarlierArtifacts int               `json:"earlier_artifacts"`
-}
+type Timeline = api.Timeline
 
 // GetTimeline returns the task taskID of one of acc's agents.
 func (s *Service) GetTimeline(ctx context.Context, acc Account, agentID, taskID, after string, limit int) (Timeline, error) {

@@ -2,24 +2,14 @@ package accounts
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
-	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
-
-const testAdminKey = "test-admin-key-0123456789abcdef0123456789"
 
 type clock struct {
 	mu  sync.Mutex
@@ -33,86 +23,22 @@ func (c *clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// fixture is the service on a fresh database under a test clock. The
+// routes' own tests are in accountshttp.
 type fixture struct {
 	t     *testing.T
 	s     *Service
 	clock *clock
-	eps   httpapi.Endpoints
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db, _ := mysqltest.New(t)
 	c := &clock{now: time.Date(2026, 3, 12, 10, 0, 0, 0, time.UTC)}
-	id := &identity.Service{DB: db, Clock: c.Now, AdminKey: testAdminKey, TokenTTL: time.Hour}
+	id := &identity.Service{DB: db, Clock: c.Now, TokenTTL: time.Hour}
 	ts := &tasks.Service{DB: db, Clock: c.Now}
 	s := &Service{DB: db, Identity: id, Tasks: ts, Clock: c.Now}
-	return &fixture{t: t, s: s, clock: c, eps: Endpoints(s)}
-}
-
-// req is one call of an account or admin route.
-type req struct {
-	fn       string
-	method   string
-	path     map[string]string
-	query    map[string]string
-	body     any
-	cookie   string // session token; "" sends none
-	csrf     string
-	host     string
-	admin    bool
-	sourceIP string
-}
-
-type resp struct {
-	status int
-	body   string
-	header map[string]string
-}
-
-func (r resp) code() string {
-	var p struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal([]byte(r.body), &p)
-	return p.Code
-}
-
-func (f *fixture) call(r req) resp {
-	f.t.Helper()
-	ep, ok := f.eps[r.fn]
-	if !ok {
-		f.t.Fatalf("no endpoint %s", r.fn)
-	}
-	headers := map[string]string{"host": "127.0.0.1:8080"}
-	if r.host != "" {
-		headers["host"] = r.host
-	}
-	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", Headers: headers, PathParameters: r.path, QueryStringParameters: r.query}
-	ev.RequestContext.HTTP.Method = r.method
-	ev.RequestContext.HTTP.SourceIP = "192.0.2.1"
-	if r.sourceIP != "" {
-		ev.RequestContext.HTTP.SourceIP = r.sourceIP
-	}
-	if r.body != nil {
-		b, _ := json.Marshal(r.body)
-		ev.Body = string(b)
-		headers["content-type"] = "application/json"
-	}
-	if r.cookie != "" {
-		ev.Cookies = []string{"other=1", CookieName + "=" + r.cookie}
-	}
-	if r.csrf != "" {
-		headers["x-csrf-token"] = r.csrf
-	}
-	if r.admin {
-		headers["authorization"] = "Bearer " + testAdminKey
-	}
-	out, err := httpapi.Lambda(f.s.Identity, slog.New(slog.NewTextHandler(io.Discard, nil)), ep)(context.Background(), ev)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return resp{status: out.StatusCode, body: out.Body, header: out.Headers}
+	return &fixture{t: t, s: s, clock: c}
 }
 
 // signedIn is an account with a live session.
@@ -121,25 +47,17 @@ type signedIn struct {
 	token, csrf string
 }
 
-// account creates an account through the admin route and signs it in.
+// account creates an account and signs it in.
 func (f *fixture) account(email string, operator bool) signedIn {
 	f.t.Helper()
-	r := f.call(req{fn: "AdminCreateAccountFunction", method: http.MethodPost, admin: true,
-		body: map[string]any{"email": email, "password": "correct horse battery", "operator": operator}})
-	if r.status != http.StatusCreated {
-		f.t.Fatalf("create account: %d %s", r.status, r.body)
+	ctx := context.Background()
+	a, err := f.s.CreateAccount(ctx, NewAccountInput{Email: email, Password: "correct horse battery", Operator: operator})
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	var a Account
-	_ = json.Unmarshal([]byte(r.body), &a)
-	out, token, err := f.s.SignIn(context.Background(), email, "correct horse battery")
+	out, token, err := f.s.SignIn(ctx, email, "correct horse battery", "")
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return signedIn{Account: a, token: token, csrf: out.CSRFToken}
-}
-
-// cookieToken is the session token of a Set-Cookie value.
-func cookieToken(setCookie string) string {
-	v, _, _ := strings.Cut(strings.TrimPrefix(setCookie, CookieName+"="), ";")
-	return v
 }

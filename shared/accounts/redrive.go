@@ -4,43 +4,26 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
-// DeadLetter is an outbox event the dispatcher gave up on.
-type DeadLetter struct {
-	Recipient string    `json:"recipient"`
-	Seq       int64     `json:"seq"`
-	EventID   string    `json:"event_id"`
-	Type      string    `json:"type"`
-	LastError *string   `json:"last_error"`
-	FailedAt  time.Time `json:"failed_at"`
-}
+// DeadLetter is an event the dispatcher gave up on.
+type DeadLetter = api.DeadLetter
 
 // Backlog is one recipient's count of pending events.
-type Backlog struct {
-	Recipient string `json:"recipient"`
-	Pending   int64  `json:"pending"`
-}
+type Backlog = api.Backlog
 
 // OutboxHealth is the operator's view of the outbox.
-type OutboxHealth struct {
-	Pending int64 `json:"pending"`
-	// OldestPendingSeconds is the age of the oldest pending event (0: none).
-	OldestPendingSeconds float64      `json:"oldest_pending_seconds"`
-	DeadLetters          int64        `json:"dead_letters"`
-	Recent               []DeadLetter `json:"recent_dead_letters"`
-	// Backlog is the recipients with the most pending events (the chart).
-	Backlog []Backlog `json:"backlog"`
-}
+type OutboxHealth = api.OutboxHealth
 
 var errNotOperator = mesh.Errorf(mesh.KindForbidden, "operator_only", "only operator accounts see the outbox")
 
-// requireOperator refuses accounts that are not the operator's.
-func requireOperator(acc Account) error {
+// RequireOperator refuses acc unless it is an operator account: only those
+// read the outbox's health and redrive dead letters.
+func RequireOperator(acc Account) error {
 	if !acc.Operator {
 		return errNotOperator
 	}
@@ -104,12 +87,7 @@ GROUP BY recipient ORDER BY n DESC, recipient LIMIT 10`)
 }
 
 // Redriven is the answer to a redrive.
-type Redriven struct {
-	// Requeued counts the events put back to pending.
-	Requeued int64 `json:"requeued"`
-	// Recipients are the recipients whose dead letters were requeued.
-	Recipients []string `json:"recipients"`
-}
+type Redriven = api.Redriven
 
 // MaxRedriveRecipients bounds the recipients one redrive call requeues;
 // call again for the rest.

@@ -8,20 +8,12 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"errors"
-	"net"
-	"net/http"
-	"strings"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/api"
+	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
-
-// CookieName is the session cookie.
-const CookieName = "mesh_session"
-
-// CSRFHeader carries the session's CSRF token on every write.
-const CSRFHeader = "X-CSRF-Token"
 
 // Session is a signed-in account.
 type Session struct {
@@ -34,11 +26,7 @@ type Session struct {
 
 // SignedIn is the sign-in route's answer (the token itself only travels in
 // the HttpOnly cookie).
-type SignedIn struct {
-	Account   Account   `json:"account"`
-	CSRFToken string    `json:"csrf_token"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+type SignedIn = api.SignedIn
 
 var (
 	errBadCredentials = mesh.Errorf(mesh.KindUnauthorized, "invalid_credentials", "wrong email or password")
@@ -59,14 +47,15 @@ func tokenHash(token string) []byte {
 
 // SignIn checks email and password and opens a session; it returns the
 // session's token for the cookie. Failures are throttled per email and per
-// source address (identity's failure budgets): while a budget is spent,
-// even the right password gets 429, so guessing gets no answer.
-func (s *Service) SignIn(ctx context.Context, email, password string) (SignedIn, string, error) {
+// client address sourceAddr ("" when unknown) by identity's failure
+// budgets: while a budget is spent, even the right password gets 429, so
+// guessing gets no answer.
+func (s *Service) SignIn(ctx context.Context, email, password, sourceAddr string) (SignedIn, string, error) {
 	e, ok := normalEmail(email)
 	if !ok || len(password) > MaxPasswordBytes {
 		return SignedIn{}, "", errBadCredentials
 	}
-	if err := s.Identity.CheckSignIn(ctx, e); err != nil {
+	if err := s.Identity.CheckSignIn(ctx, e, sourceAddr); err != nil {
 		return SignedIn{}, "", err
 	}
 	var id string
@@ -80,7 +69,7 @@ func (s *Service) SignIn(ctx context.Context, email, password string) (SignedIn,
 		stored = hash.String
 	}
 	if !checkPassword(stored, password) || !hash.Valid {
-		if err := s.Identity.FailSignIn(ctx, e); err != nil {
+		if err := s.Identity.FailSignIn(ctx, e, sourceAddr); err != nil {
 			return SignedIn{}, "", err
 		}
 		return SignedIn{}, "", errBadCredentials
@@ -91,7 +80,7 @@ func (s *Service) SignIn(ctx context.Context, email, password string) (SignedIn,
 	}
 	token, csrf := randomToken(), randomToken()
 	now := s.now()
-	out := SignedIn{Account: acc, CSRFToken: csrf, ExpiresAt: now.Add(s.ttl())}
+	out := SignedIn{Account: acc, CSRFToken: csrf, ExpiresAt: now.Add(s.SessionLifetime())}
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		// Expired sessions of this account go now: the table stays bounded
 		// by live sessions.
@@ -175,54 +164,32 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Session, erro
 	return sess, nil
 }
 
+// Session authenticates the session of token, spends one request of the
+// account's budget and, for a write (every method but GET), checks csrf,
+// the X-CSRF-Token the request carried: the one check every account route
+// and console page makes.
+func (s *Service) Session(ctx context.Context, token, csrf string, write bool) (Session, error) {
+	sess, err := s.Authenticate(ctx, token)
+	if err != nil {
+		return Session{}, err
+	}
+	if err := identity.TakeRate(ctx, s.DB, rateBucket(sess.Account.AccountID), s.now()); err != nil {
+		return Session{}, err
+	}
+	if write {
+		if err := sess.CheckCSRF(csrf); err != nil {
+			return Session{}, err
+		}
+	}
+	return sess, nil
+}
+
 // CheckCSRF compares a write's X-CSRF-Token with the session's.
 func (sess Session) CheckCSRF(got string) error {
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRF)) != 1 {
 		return errCSRF
 	}
 	return nil
-}
-
-// SessionToken is the session cookie's value in an API Gateway request:
-// payload 2.0 moves cookies out of the headers into Cookies.
-func SessionToken(r *httpapi.Request) string {
-	cookies := append([]string{}, r.Event.Cookies...)
-	if h := r.Header("Cookie"); h != "" {
-		cookies = append(cookies, strings.Split(h, ";")...)
-	}
-	for _, c := range cookies {
-		name, value, ok := strings.Cut(strings.TrimSpace(c), "=")
-		if ok && name == CookieName {
-			return value
-		}
-	}
-	return ""
-}
-
-// Cookie is the Set-Cookie value for token: HttpOnly (no script reads it),
-// SameSite=Strict (no cross-site request carries it), Path=/ (the API and
-// the console), and Secure unless the request came to localhost over plain
-// HTTP (make run). maxAge < 0 deletes the cookie.
-func Cookie(r *httpapi.Request, token string, maxAge time.Duration) string {
-	c := &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: !isLocalhost(r.Header("Host"))}
-	if maxAge < 0 {
-		c.MaxAge = -1
-	} else {
-		c.MaxAge = int(maxAge / time.Second)
-	}
-	return c.String()
-}
-
-func isLocalhost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // rateBucket is an account's request budget in rate_limits, the agents' own

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
@@ -66,16 +67,8 @@ WHERE r.request_id = ? AND x.account_id = ?`, id, acc.AccountID).Scan(&to)
 	return s.Identity.RejectFriendRequest(ctx, to, requestID)
 }
 
-// AuditEntry is one row of the audit log.
-type AuditEntry struct {
-	ID         string         `json:"id"`
-	OccurredAt time.Time      `json:"occurred_at"`
-	Actor      identity.Actor `json:"actor"`
-	Action     string         `json:"action"`
-	AgentID    string         `json:"agent_id"`
-	OtherID    *string        `json:"other_id"`
-	Detail     string         `json:"detail"`
-}
+// AuditEntry is one entry of the audit log as an account reads it.
+type AuditEntry = api.AuditEntry
 
 // MaxAuditPage bounds one page of the audit log.
 const MaxAuditPage = 200

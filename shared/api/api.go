@@ -1,7 +1,8 @@
-// Package api holds the wire types of the agent-facing HTTP API v1: the
-// bodies the mesh's functions answer and the ones meshclient sends and
-// decodes. They exist once, here, so the server and its clients cannot
-// drift; a test keeps each of them equal to its schema in openapi.yaml.
+// Package api holds the wire types of the HTTP API v1: the bodies the mesh's
+// functions answer and the ones meshclient sends and decodes, for the
+// agents' routes and (accounts.go) the account routes. They exist once,
+// here, so the server and its clients cannot drift; a test keeps each of
+// them equal to its schema in openapi.yaml.
 //
 // The package has no behaviour and imports nothing but the domain types of
 // shared/mesh, so every side may link it.

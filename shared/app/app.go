@@ -13,6 +13,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/tracing"
 )
@@ -76,5 +77,5 @@ func MustLoad() *Env {
 
 // HTTP wraps an endpoint with the shared middleware and tracing.
 func (e *Env) HTTP(ep httpapi.Endpoint) httpapi.LambdaHandler {
-	return tracing.HTTP(httpapi.Lambda(e.Identity, e.Log, ep))
+	return tracing.HTTP(httpapi.Lambda(identityhttp.Authenticator(e.Identity), e.Log, ep))
 }

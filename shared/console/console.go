@@ -1,7 +1,7 @@
 // Package console provides the web console: server-rendered pages over the
 // account routes' own service calls, served by one function at /console.
 // Every page authenticates the session exactly as the account routes do
-// (accounts.Service.Session) and reads through the same account-scoped
+// (accountshttp.Session) and reads through the same account-scoped
 // methods, so the console can never show more than the API would. Writes
 // are made by the page's script against the JSON account API, with the
 // session's CSRF token; the pages themselves only read (GET).
@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -26,6 +25,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/tasks"
@@ -111,8 +111,7 @@ func (c *Console) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) 
 	if rest == "signin" {
 		return c.render(http.StatusOK, "signin.html", page{Title: "Sign in", Nav: "signin"})
 	}
-	r := &httpapi.Request{Event: ev}
-	sess, err := c.Accounts.Session(ctx, r)
+	sess, err := accountshttp.Session(ctx, c.Accounts, &httpapi.Request{Event: ev})
 	if err != nil {
 		if mesh.AsError(err).Kind == mesh.KindUnauthorized {
 			return redirect("/console/signin")
@@ -285,11 +284,7 @@ func ago(t any) string {
 
 // partsText renders a message's parts as text: text parts as they are,
 // data parts as JSON, file parts by name.
-func partsText(raw json.RawMessage) string {
-	var parts []mesh.Part
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "(unreadable parts)"
-	}
+func partsText(parts []mesh.Part) string {
 	var out []string
 	for _, p := range parts {
 		switch p.Kind {

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/tasks"
@@ -26,7 +27,7 @@ func TestConsolePagesKeepToTheSignedInAccount(t *testing.T) {
 		if _, err := s.CreateAccount(ctx, accounts.NewAccountInput{Email: email, Password: "correct horse battery", Operator: operator}); err != nil {
 			t.Fatal(err)
 		}
-		_, token, err := s.SignIn(ctx, email, "correct horse battery")
+		_, token, err := s.SignIn(ctx, email, "correct horse battery", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func TestConsolePagesKeepToTheSignedInAccount(t *testing.T) {
 			ev.RawPath = "/console"
 		}
 		if token != "" {
-			ev.Cookies = []string{accounts.CookieName + "=" + token}
+			ev.Cookies = []string{accountshttp.CookieName + "=" + token}
 		}
 		resp, _ := c.Handler()(ctx, ev)
 		return resp

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/dispatch"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -44,7 +44,7 @@ func BenchmarkDispatcherDrain(b *testing.B) {
 		for i := range recipients {
 			recipients[i] = fmt.Sprintf("rcpt-%d-%04d", m, i)
 		}
-		benchAgents(b, db, recipients)
+		identitytest.Agents(b, db, recipients...)
 		b.Run(fmt.Sprintf("recipients=%d", m), func(b *testing.B) {
 			b.StopTimer()
 			appendPending(b, db, recipients, b.N)
@@ -73,28 +73,6 @@ func BenchmarkDispatcherDrain(b *testing.B) {
 				b.ReportMetric(float64(b.N)/s, "events/s")
 			}
 		})
-	}
-}
-
-// benchAgents inserts agents with their inbox counters (what
-// identity.CreateAgent writes for a recipient).
-func benchAgents(b *testing.B, db *mysql.DB, ids []string) {
-	b.Helper()
-	now := time.Now().UTC()
-	for start := 0; start < len(ids); start += 500 {
-		chunk := ids[start:min(start+500, len(ids))]
-		var agents, counters []any
-		for _, id := range chunk {
-			agents = append(agents, id, id, now)
-			counters = append(counters, id)
-		}
-		rows := func(stmt, tuple string) string { return stmt + strings.Repeat(", "+tuple, len(chunk)-1) }
-		if _, err := db.Exec(rows("INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", "(?, ?, ?)"), agents...); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := db.Exec(rows("INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", "(?, 0)"), counters...); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/agentmesh/agentmesh/shared/dispatch"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -84,18 +85,15 @@ func (f *dispFixture) dispatcher(p dispatch.Publisher, sink *metrics.Sink) *disp
 	return &dispatch.Dispatcher{DB: f.db, Publisher: p, Topic: f.topic, Sealer: f.sealer, Clock: f.clock, Metrics: sink}
 }
 
-// agents inserts bare agents with their counter rows (what identity.CreateAgent writes).
+// agents creates the agents with identity.CreateAgent (through
+// identitytest, so they hold every row a real agent has) and registers them
+// as recipients decode can open records for.
 func (f *dispFixture) agents(t *testing.T, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
 		recipients.Store(f.sealer.RoutingID(id), recipient{id, f.sealer})
-		if _, err := f.db.Exec("INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", id, id, f.now); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.db.Exec("INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", id); err != nil {
-			t.Fatal(err)
-		}
 	}
+	identitytest.Agents(t, f.db, ids...)
 }
 
 // recipients maps the routing ids of the agents the fixtures created to

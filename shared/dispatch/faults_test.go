@@ -22,6 +22,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/kafka/kafkatest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -30,6 +31,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/seal"
 	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
@@ -673,11 +675,11 @@ func apiSender(t *testing.T, db *mysql.DB, sealer *seal.Sealer, from, to string)
 	if _, _, err := ids.AdminCreateFriendship(ctx, from, to); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := ids.IssueToken(ctx, key)
+	tok, err := ids.IssueToken(ctx, key, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.Lambda(ids, slog.New(slog.NewTextHandler(io.Discard, nil)), tasks.Endpoints(&tasks.Service{DB: db}).Must("SendMessageFunction"))
+	h := httpapi.Lambda(identityhttp.Authenticator(ids), slog.New(slog.NewTextHandler(io.Discard, nil)), taskshttp.Endpoints(&tasks.Service{DB: db}).Must("SendMessageFunction"))
 	return func(ctx context.Context) events.APIGatewayV2HTTPResponse {
 		resp, _ := h(ctx, events.APIGatewayV2HTTPRequest{
 			RouteKey: "POST /v1/messages", RawPath: "/v1/messages",

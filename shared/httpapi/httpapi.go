@@ -42,7 +42,8 @@ type Caller struct {
 	Admin   bool
 }
 
-// Authenticator verifies bearer credentials. identity implements it.
+// Authenticator verifies bearer credentials. identityhttp.Authenticator
+// implements it with the identity service.
 type Authenticator interface {
 	// AuthenticateAgent verifies an agent JWT.
 	AuthenticateAgent(ctx context.Context, token string) (Caller, error)

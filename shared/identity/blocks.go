@@ -3,16 +3,13 @@ package identity
 import (
 	"context"
 	"database/sql"
-	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 // Block is one entry of an agent's block list.
-type Block struct {
-	AgentID string    `json:"agent_id"`
-	Since   time.Time `json:"since"`
-}
+type Block = api.Block
 
 // blockedEither reports who of a and b blocked the other: a, b, or "" when
 // neither did (a when both did: the caller's own block is the one it can
@@ -49,7 +46,7 @@ func (s *Service) BlockAgent(ctx context.Context, caller, target string) error {
 	if target == caller {
 		return mesh.Errorf(mesh.KindUnprocessable, "self_block", "an agent cannot block itself")
 	}
-	now := s.now()
+	now := s.Now()
 	return s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
 			return err
@@ -82,7 +79,7 @@ func (s *Service) UnblockAgent(ctx context.Context, caller, target string) error
 	if !mesh.ValidAgentID(target) {
 		return errInvalidAgentID("agent_id")
 	}
-	now := s.now()
+	now := s.Now()
 	return s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
 			return err
@@ -93,24 +90,24 @@ func (s *Service) UnblockAgent(ctx context.Context, caller, target string) error
 }
 
 // ListBlocks returns a page of the agents caller blocked, by agent id.
-func (s *Service) ListBlocks(ctx context.Context, caller string, p Page) ([]Block, string, error) {
+func (s *Service) ListBlocks(ctx context.Context, caller string, p Page) (api.BlockPage, error) {
 	rows, err := s.DB.QueryContext(ctx, `SELECT blocked_id, created_at FROM agent_blocks
 WHERE agent_id = ? AND blocked_id > ? ORDER BY blocked_id LIMIT ?`, caller, p.After, p.Limit+1)
 	if err != nil {
-		return nil, "", err
+		return api.BlockPage{}, err
 	}
 	defer rows.Close()
 	list := []Block{}
 	for rows.Next() {
 		var b Block
 		if err := rows.Scan(&b.AgentID, &b.Since); err != nil {
-			return nil, "", err
+			return api.BlockPage{}, err
 		}
 		list = append(list, b)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", err
+		return api.BlockPage{}, err
 	}
 	list, next := cutPage(list, p.Limit, func(x Block) string { return x.AgentID })
-	return list, next, nil
+	return api.BlockPage{Blocks: list, NextAfter: next}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
@@ -85,31 +86,13 @@ func LockAgents(ctx context.Context, q Querier, ids []string) error {
 }
 
 // Friend is one entry of a friends list, with the friend's presence.
-type Friend struct {
-	Presence
-	Since time.Time `json:"since"`
-}
+type Friend = api.Friend
 
 // Presence is the public profile and presence of an agent.
-type Presence struct {
-	AgentID string `json:"agent_id"`
-	Name    string `json:"name"`
-	// Status is active, draining or inactive.
-	Status          string     `json:"status"`
-	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
-}
+type Presence = api.Presence
 
 // FriendRequest is a friend request and its outcome.
-type FriendRequest struct {
-	RequestID string `json:"request_id"`
-	From      string `json:"from"`
-	To        string `json:"to"`
-	// Status is pending, accepted, rejected (by the recipient) or withdrawn
-	// (by the sender).
-	Status    string     `json:"status"`
-	CreatedAt time.Time  `json:"created_at"`
-	DecidedAt *time.Time `json:"decided_at"`
-}
+type FriendRequest = api.FriendRequest
 
 // Friend request states.
 const (
@@ -177,7 +160,7 @@ func (s *Service) SendFriendRequest(ctx context.Context, from, to string) (req F
 	if to == from {
 		return req, false, mesh.Errorf(mesh.KindUnprocessable, "self_request", "an agent cannot befriend itself")
 	}
-	now := s.now()
+	now := s.Now()
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		created = false
 		if err := TakeRate(ctx, tx, from, now); err != nil {
@@ -308,10 +291,7 @@ WHERE from_agent = ? AND status = 'rejected' AND to_agent = ?`, from, to).Scan(&
 }
 
 // FriendRequests are the caller's pending requests, oldest first.
-type FriendRequests struct {
-	Incoming []FriendRequest `json:"incoming"`
-	Outgoing []FriendRequest `json:"outgoing"`
-}
+type FriendRequests = api.FriendRequests
 
 // MaxListedRequests caps each direction of the pending-requests list.
 const MaxListedRequests = 500
@@ -385,7 +365,7 @@ func (s *Service) AcceptFriendRequest(ctx context.Context, caller, requestID str
 	if err != nil {
 		return FriendRequest{}, err
 	}
-	now := s.now()
+	now := s.Now()
 	var req FriendRequest
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
@@ -444,7 +424,7 @@ func (s *Service) RejectFriendRequest(ctx context.Context, caller, requestID str
 	if err != nil {
 		return FriendRequest{}, err
 	}
-	now := s.now()
+	now := s.Now()
 	var req FriendRequest
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
@@ -487,12 +467,12 @@ FROM friend_requests WHERE request_id = ? FOR UPDATE`, id))
 
 // ListFriends returns a page of agentID's friends with their presence,
 // ordered by agent id.
-func (s *Service) ListFriends(ctx context.Context, agentID string, p Page) ([]Friend, string, error) {
+func (s *Service) ListFriends(ctx context.Context, agentID string, p Page) (api.FriendPage, error) {
 	rows, err := s.DB.QueryContext(ctx, `SELECT a.agent_id, a.name, a.status, a.last_heartbeat_at, f.created_at
 FROM friendships f JOIN agents a ON a.agent_id = f.friend_id
 WHERE f.agent_id = ? AND f.friend_id > ? ORDER BY f.friend_id LIMIT ?`, agentID, p.After, p.Limit+1)
 	if err != nil {
-		return nil, "", err
+		return api.FriendPage{}, err
 	}
 	defer rows.Close()
 	list := []Friend{}
@@ -500,16 +480,16 @@ WHERE f.agent_id = ? AND f.friend_id > ? ORDER BY f.friend_id LIMIT ?`, agentID,
 		var f Friend
 		var hb sql.NullTime
 		if err := rows.Scan(&f.AgentID, &f.Name, &f.Status, &hb, &f.Since); err != nil {
-			return nil, "", err
+			return api.FriendPage{}, err
 		}
 		f.LastHeartbeatAt = timePtr(hb)
 		list = append(list, f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", err
+		return api.FriendPage{}, err
 	}
 	list, next := cutPage(list, p.Limit, func(x Friend) string { return x.AgentID })
-	return list, next, nil
+	return api.FriendPage{Friends: list, NextAfter: next}, nil
 }
 
 // RemoveFriend ends the friendship of a and b (both directions).
@@ -517,7 +497,7 @@ func (s *Service) RemoveFriend(ctx context.Context, a, b string) error {
 	if !mesh.ValidAgentID(b) || a == b {
 		return errNotFriends
 	}
-	now := s.now()
+	now := s.Now()
 	return s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, a, now); err != nil {
 			return err
@@ -555,7 +535,7 @@ func (s *Service) AdminCreateFriendship(ctx context.Context, a, b string) (f Adm
 	if a == b {
 		return f, false, mesh.Errorf(mesh.KindUnprocessable, "self_friendship", "a and b must be different agents")
 	}
-	now := s.now()
+	now := s.Now()
 	f = AdminFriendship{A: a, B: b}
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		found, err := lockPair(ctx, tx, a, b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
@@ -22,32 +23,15 @@ const (
 	RoleMember = "member"
 )
 
-// Group is a group as one of its members sees it.
-type Group struct {
-	GroupID   string `json:"group_id"`
-	Name      string `json:"name"`
-	Owner     string `json:"owner"`
-	ContextID string `json:"context_id"`
-	// Role is the caller's role (absent in admin answers).
-	Role        string    `json:"role,omitempty"`
-	MemberCount int       `json:"member_count"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+// Group is a group as one of its members sees it (Role, the caller's role,
+// is empty in admin answers).
+type Group = api.Group
 
 // Member is one entry of a roster: role and presence.
-type Member struct {
-	Presence
-	Role     string    `json:"role"`
-	JoinedAt time.Time `json:"joined_at"`
-}
+type Member = api.Member
 
 // Membership is the answer to adding a member.
-type Membership struct {
-	GroupID  string    `json:"group_id"`
-	AgentID  string    `json:"agent_id"`
-	Role     string    `json:"role"`
-	JoinedAt time.Time `json:"joined_at"`
-}
+type Membership = api.Membership
 
 var (
 	errGroupNotFound  = mesh.Errorf(mesh.KindNotFound, "group_not_found", "no such group, or you are not a member")
@@ -88,7 +72,7 @@ func (s *Service) CreateGroup(ctx context.Context, caller, name string) (Group, 
 	if err := validName(name); err != nil {
 		return Group{}, err
 	}
-	now := s.now()
+	now := s.Now()
 	g := Group{GroupID: newGroupID(), Name: name, Owner: caller, ContextID: newContextID(), Role: RoleOwner, MemberCount: 1, CreatedAt: now}
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
@@ -103,36 +87,33 @@ func (s *Service) CreateGroup(ctx context.Context, caller, name string) (Group, 
 }
 
 // ListGroups returns a page of the groups agentID belongs to, by group id.
-func (s *Service) ListGroups(ctx context.Context, agentID string, p Page) ([]Group, string, error) {
+func (s *Service) ListGroups(ctx context.Context, agentID string, p Page) (api.GroupPage, error) {
 	rows, err := s.DB.QueryContext(ctx, `SELECT g.group_id, g.name, g.owner_id, g.context_id, m.role,
   (SELECT COUNT(*) FROM group_members c WHERE c.group_id = g.group_id), g.created_at
 FROM group_members m JOIN mesh_groups g ON g.group_id = m.group_id
 WHERE m.agent_id = ? AND m.group_id > ? ORDER BY m.group_id LIMIT ?`, agentID, p.After, p.Limit+1)
 	if err != nil {
-		return nil, "", err
+		return api.GroupPage{}, err
 	}
 	defer rows.Close()
 	list := []Group{}
 	for rows.Next() {
 		var g Group
 		if err := rows.Scan(&g.GroupID, &g.Name, &g.Owner, &g.ContextID, &g.Role, &g.MemberCount, &g.CreatedAt); err != nil {
-			return nil, "", err
+			return api.GroupPage{}, err
 		}
 		list = append(list, g)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, "", err
+		return api.GroupPage{}, err
 	}
 	list, next := cutPage(list, p.Limit, func(x Group) string { return x.GroupID })
-	return list, next, nil
+	return api.GroupPage{Groups: list, NextAfter: next}, nil
 }
 
-// Roster is a group with a page of its members.
-type Roster struct {
-	Group
-	Members   []Member `json:"members"`
-	NextAfter string   `json:"next_after,omitempty"`
-}
+// Roster is a group with a page of its members. Its own Role (the caller's,
+// always present) stands in for the embedded Group's.
+type Roster = api.Roster
 
 // GetRoster returns the group and a page of its members with roles and
 // presence, ordered by agent id. Only members may read it; for anyone else
@@ -142,7 +123,9 @@ func (s *Service) GetRoster(ctx context.Context, caller, groupID string, p Page)
 	if !ValidGroupID(groupID) {
 		return r, errGroupNotFound
 	}
-	// One statement: the group row only if the caller is a member.
+	// One statement: the group row only if the caller is a member. The
+	// caller's role goes to the roster's own Role (always answered), not the
+	// embedded Group's.
 	err := s.DB.QueryRowContext(ctx, `SELECT g.group_id, g.name, g.owner_id, g.context_id, m.role,
   (SELECT COUNT(*) FROM group_members c WHERE c.group_id = g.group_id), g.created_at
 FROM mesh_groups g JOIN group_members m ON m.group_id = g.group_id AND m.agent_id = ?
@@ -206,7 +189,7 @@ func (s *Service) AddGroupMember(ctx context.Context, caller, groupID, agentID, 
 	if role, err = validMembership(groupID, agentID, role); err != nil {
 		return m, false, err
 	}
-	now := s.now()
+	now := s.Now()
 	m = Membership{GroupID: groupID, AgentID: agentID}
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		created = false
@@ -256,7 +239,7 @@ func (s *Service) RemoveGroupMember(ctx context.Context, caller, groupID, target
 	if !mesh.ValidAgentID(target) {
 		return errMemberNotFound
 	}
-	now := s.now()
+	now := s.Now()
 	return s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
 			return err
@@ -365,7 +348,7 @@ func (s *Service) AdminCreateGroup(ctx context.Context, in AdminGroupInput) (Gro
 	if in.GroupID == "" {
 		in.GroupID = newGroupID()
 	}
-	now := s.now()
+	now := s.Now()
 	g := Group{GroupID: in.GroupID, Name: in.Name, Owner: in.Owner, ContextID: newContextID(), MemberCount: 1 + len(members), CreatedAt: now}
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		for _, id := range append([]string{in.Owner}, members...) {
@@ -407,7 +390,7 @@ func (s *Service) AdminAddGroupMember(ctx context.Context, groupID, agentID, rol
 	if role, err = validMembership(groupID, agentID, role); err != nil {
 		return m, false, err
 	}
-	now := s.now()
+	now := s.Now()
 	m = Membership{GroupID: groupID, AgentID: agentID}
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		created = false

@@ -1,6 +1,8 @@
-// Package identity provides agents, API keys, tokens, the authenticator used
-// by every HTTP function, presence, the social graph (friends and groups),
-// the canCommunicate rule and the per-agent rate limit.
+// Package identity provides agents, API keys, tokens and their
+// verification, presence, the social graph (friends, groups and blocks), the
+// canCommunicate rule and the per-agent rate limit. It returns typed results
+// (the wire types of shared/api where the agent API has one) and mesh.Error
+// values; its HTTP routes live in the adapter package identityhttp.
 package identity
 
 import (
@@ -8,6 +10,7 @@ import (
 	"database/sql"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -22,11 +25,7 @@ type Querier interface {
 }
 
 // KafkaInfo tells meshd where its inbox is.
-type KafkaInfo struct {
-	Brokers []string `json:"brokers"`
-	Topic   string   `json:"topic"`
-	Auth    string   `json:"auth"`
-}
+type KafkaInfo = api.KafkaInfo
 
 // Service implements identity on MySQL. Every method takes its notion of
 // "now" from Clock, so tests drive presence and rate limits with a fake clock.
@@ -67,8 +66,9 @@ func New(db *mysql.DB, cfg config.Config) (*Service, error) {
 	}, nil
 }
 
-// now is the service's clock, defaulting to the system clock.
-func (s *Service) now() time.Time {
+// Now is the service's clock, defaulting to the system clock: adapters spend
+// rate budget at the same instant the domain would.
+func (s *Service) Now() time.Time {
 	if s.Clock == nil {
 		return mesh.SystemClock()
 	}

@@ -112,7 +112,7 @@ func (s *Service) CreateAgentFor(ctx context.Context, accountID, kind, agentID, 
 		return NewAgent{}, err
 	}
 	keyID, apiKey, hash := NewAPIKey()
-	now := s.now()
+	now := s.Now()
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO agents (agent_id, name, status, created_at) VALUES (?, ?, 'inactive', ?)", agentID, name, now); err != nil {
 			if mysql.IsDuplicate(err) {
@@ -173,7 +173,7 @@ func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptio
 		return RotatedKey{}, errAgentNotFound
 	}
 	keyID, apiKey, hash := NewAPIKey()
-	now := s.now()
+	now := s.Now()
 	out := RotatedKey{AgentID: agentID, KeyID: keyID, APIKey: apiKey, CreatedAt: now}
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		out.RevokedKeyIDs = []string{}
@@ -269,7 +269,7 @@ func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (Revoked
 			out.RevokedAt = revoked.Time
 			return nil
 		}
-		out.RevokedAt = s.now()
+		out.RevokedAt = s.Now()
 		if _, err = tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", out.RevokedAt, keyID); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
@@ -25,17 +26,7 @@ const (
 )
 
 // HeartbeatResult is the answer to a heartbeat.
-type HeartbeatResult struct {
-	// Status is active, or draining when the instance that went offline is
-	// still beating.
-	Status string `json:"status"`
-	// LastSeq is the newest seq of the agent's inbox, so meshd can notice a
-	// missing newest event and fetch it from GET /v1/inbox.
-	LastSeq int64 `json:"last_seq"`
-	// KeyEpoch is the agent's inbox key epoch; when it moves, meshd fetches
-	// a new token (and with it the new inbox key).
-	KeyEpoch int `json:"key_epoch"`
-}
+type HeartbeatResult = api.HeartbeatResult
 
 // validInstanceID accepts 1-128 visible ASCII characters.
 func validInstanceID(id string) bool {
@@ -73,7 +64,7 @@ func (s *Service) Heartbeat(ctx context.Context, agentID, instanceID string, sta
 		}
 		statsArg = compact.String()
 	}
-	now := s.now()
+	now := s.Now()
 	var out HeartbeatResult
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, agentID, now); err != nil {
@@ -103,7 +94,7 @@ func (s *Service) GoOffline(ctx context.Context, agentID, instanceID string) (st
 	if instanceID != "" && !validInstanceID(instanceID) {
 		return "", mesh.Errorf(mesh.KindUnprocessable, "invalid_instance_id", "instance_id must be 1-128 visible ASCII characters")
 	}
-	now := s.now()
+	now := s.Now()
 	var status string
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		if err := TakeRate(ctx, tx, agentID, now); err != nil {
@@ -139,7 +130,7 @@ const scanPresenceSQL = "UPDATE agents SET status = 'inactive' WHERE status IN (
 // MarkInactive turns agents without a heartbeat for PresenceTimeout inactive,
 // in batches, and returns how many it changed.
 func (s *Service) MarkInactive(ctx context.Context) (int64, error) {
-	cutoff := s.now().Add(-PresenceTimeout)
+	cutoff := s.Now().Add(-PresenceTimeout)
 	var total int64
 	for {
 		res, err := s.DB.ExecContext(ctx, scanPresenceSQL, cutoff)
@@ -164,14 +155,7 @@ func (s *Service) ScanPresence(ctx context.Context) error {
 }
 
 // Me is the caller's own profile: presence plus what only it may see.
-type Me struct {
-	Presence
-	InstanceID *string         `json:"instance_id"`
-	KeyEpoch   int             `json:"key_epoch"`
-	LastSeq    int64           `json:"last_seq"`
-	Stats      json.RawMessage `json:"stats"`
-	CreatedAt  time.Time       `json:"created_at"`
-}
+type Me = api.Me
 
 // GetMe returns agentID's own profile.
 func (s *Service) GetMe(ctx context.Context, agentID string) (Me, error) {
@@ -198,10 +182,7 @@ FROM agents a JOIN inbox_counters c ON c.recipient = a.agent_id WHERE a.agent_id
 }
 
 // AgentProfile is what another agent may see of an agent.
-type AgentProfile struct {
-	Presence
-	CreatedAt time.Time `json:"created_at"`
-}
+type AgentProfile = api.Agent
 
 // GetAgent returns id's profile if caller may reach it (itself, a friend or a
 // group mate). Anything else, existing or not, is the same 404, so the route

@@ -1,34 +1,20 @@
 package identity
 
 import (
-	"context"
-
-	"github.com/aws/aws-lambda-go/cfn"
-
 	"github.com/agentmesh/agentmesh/shared/config"
 )
 
-// PublicKeysResourceID names the one set of public keys the custom
-// resource Custom::JwtPublicKeys stands for.
-const PublicKeysResourceID = "agentmesh-jwt-public-keys"
-
-// PublicKeysResource is the token function's answer to the CloudFormation
-// custom resource Custom::JwtPublicKeys: the public halves of its signing
-// keys, as attribute Keys in MESH_JWT_PUBLIC_KEYS form. template.yaml hands
-// them to every function that verifies agent tokens, so only the token
-// function ever reads the private keys. Delete has nothing to undo.
-func PublicKeysResource(keys []config.JWTKey) cfn.CustomResourceFunction {
-	return func(_ context.Context, ev cfn.Event) (string, map[string]any, error) {
-		if ev.RequestType == cfn.RequestDelete {
-			return PublicKeysResourceID, nil, nil
-		}
-		if len(keys) == 0 {
-			return PublicKeysResourceID, nil, errNoSigningKey
-		}
-		pub := make([]config.JWTPublicKey, len(keys))
-		for i, k := range keys {
-			pub[i] = k.Public()
-		}
-		return PublicKeysResourceID, map[string]any{"Keys": config.FormatJWTPublicKeys(pub)}, nil
+// FormatPublicKeys returns the public halves of keys in MESH_JWT_PUBLIC_KEYS
+// form: what the token function publishes (Custom::JwtPublicKeys) to every
+// function that verifies agent tokens, so only it ever reads the private
+// keys. Without keys it fails, as signing would.
+func FormatPublicKeys(keys []config.JWTKey) (string, error) {
+	if len(keys) == 0 {
+		return "", errNoSigningKey
 	}
+	pub := make([]config.JWTPublicKey, len(keys))
+	for i, k := range keys {
+		pub[i] = k.Public()
+	}
+	return config.FormatJWTPublicKeys(pub), nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
@@ -46,12 +45,12 @@ type throttle struct {
 
 // authThrottles are the failure buckets of an authentication attempt: the
 // key id's when there is one and the source address's when it is known.
-func authThrottles(ctx context.Context, keyID string) []throttle {
+func authThrottles(keyID, addr string) []throttle {
 	var out []throttle
 	if keyID != "" {
 		out = append(out, throttle{keyBucket + keyID, keyFailures})
 	}
-	if addr := httpapi.SourceAddr(ctx); addr != "" {
+	if addr != "" {
 		out = append(out, throttle{addrBucket + truncateBucket(addr), addrFailures})
 	}
 	return out
@@ -117,25 +116,27 @@ const signInBucket = "signin:"
 
 // signInThrottles are the failure buckets of a sign-in: the email's (someone
 // guessing one account's password, the same budget as one API key's) and
-// the source address's, shared with failed API key attempts.
-func signInThrottles(ctx context.Context, email string) []throttle {
+// the source address's (when known), shared with failed API key attempts.
+func signInThrottles(email, addr string) []throttle {
 	h := sha256.Sum256([]byte(email))
 	out := []throttle{{signInBucket + hex.EncodeToString(h[:16]), keyFailures}}
-	if addr := httpapi.SourceAddr(ctx); addr != "" {
+	if addr != "" {
 		out = append(out, throttle{addrBucket + truncateBucket(addr), addrFailures})
 	}
 	return out
 }
 
 // CheckSignIn answers 429 while the failure budget of email or of the
-// request's address is spent, before any password is checked.
-func (s *Service) CheckSignIn(ctx context.Context, email string) error {
-	return s.checkThrottles(ctx, signInThrottles(ctx, email), s.now())
+// client's address sourceAddr ("" when unknown) is spent, before any
+// password is checked.
+func (s *Service) CheckSignIn(ctx context.Context, email, sourceAddr string) error {
+	return s.checkThrottles(ctx, signInThrottles(email, sourceAddr), s.Now())
 }
 
-// FailSignIn spends one unit of the failure budgets of email and address.
-func (s *Service) FailSignIn(ctx context.Context, email string) error {
-	return s.spend(ctx, signInThrottles(ctx, email), s.now())
+// FailSignIn spends one unit of the failure budgets of email and of the
+// address sourceAddr ("" when unknown).
+func (s *Service) FailSignIn(ctx context.Context, email, sourceAddr string) error {
+	return s.spend(ctx, signInThrottles(email, sourceAddr), s.Now())
 }
 
 func (b budget) interval() int64  { return b.Per.Microseconds() }

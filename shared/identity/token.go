@@ -12,34 +12,17 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/config"
-	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 // TokenResponse is the body of POST /v1/auth/token.
-type TokenResponse struct {
-	Token     string `json:"token"`
-	TokenType string `json:"token_type"`
-	ExpiresIn int    `json:"expires_in"`
-	AgentID   string `json:"agent_id"`
-	// RoutingID is the agent's opaque record key on the inbox topic: meshd
-	// consumes the partition it hashes to and only records keyed with it.
-	RoutingID string `json:"routing_id"`
-	// InboxKeys are the agent's inbox keys, oldest epoch first, from the
-	// epoch of the oldest event its inbox still holds to the current one
-	// (the last, under which new events are sealed): a rotation or a
-	// revocation never makes retained mail unreadable to the agent.
-	InboxKeys []InboxKey `json:"inbox_keys"`
-	Kafka     KafkaInfo  `json:"kafka"`
-}
+type TokenResponse = api.TokenResponse
 
 // InboxKey is the agent's AES-256-GCM key (base64) for the records sealed
 // under KeyEpoch.
-type InboxKey struct {
-	KeyEpoch int    `json:"key_epoch"`
-	Key      string `json:"key"`
-}
+type InboxKey = api.InboxKey
 
 // MaxInboxKeys bounds the keys of one token response: the newest epochs.
 // Events of older epochs (an agent rotated more often than this within the
@@ -73,10 +56,12 @@ var errBadKey = mesh.Errorf(mesh.KindUnauthorized, "invalid_api_key", "the API k
 // inbox keys. The
 // exchange spends one request of the agent's rate budget, so a leaked key
 // cannot be used to hammer the database through this public route either.
-func (s *Service) IssueToken(ctx context.Context, apiKey string) (TokenResponse, error) {
+// sourceAddr is the client's address ("" when unknown): failures are
+// throttled per key id and per address.
+func (s *Service) IssueToken(ctx context.Context, apiKey, sourceAddr string) (TokenResponse, error) {
 	keyID, hash, ok := parseAPIKey(apiKey)
-	now := s.now()
-	throttles := authThrottles(ctx, keyID)
+	now := s.Now()
+	throttles := authThrottles(keyID, sourceAddr)
 	if err := s.checkThrottles(ctx, throttles, now); err != nil {
 		return TokenResponse{}, err
 	}
@@ -112,7 +97,7 @@ FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, ke
 	if subtle.ConstantTimeCompare(stored, hash) != 1 || revoked.Valid {
 		return TokenResponse{}, errBadKey
 	}
-	if err := TakeRate(ctx, s.DB, agentID, s.now()); err != nil {
+	if err := TakeRate(ctx, s.DB, agentID, s.Now()); err != nil {
 		return TokenResponse{}, err
 	}
 	keys, err := s.inboxKeys(ctx, agentID, epoch)
@@ -147,7 +132,7 @@ func (s *Service) sign(agentID, keyID string) (string, error) {
 	if len(s.JWTKeys) == 0 {
 		return "", errNoSigningKey
 	}
-	now := s.now()
+	now := s.Now()
 	k := s.JWTKeys[0]
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims{KeyID: keyID, RegisteredClaims: jwt.RegisteredClaims{
 		Subject: agentID, Issuer: tokenIssuer, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.TokenTTL)),
@@ -176,32 +161,39 @@ const maxClockSkew = time.Minute
 
 var errBadToken = mesh.Errorf(mesh.KindUnauthorized, "invalid_token", "the token is expired, malformed or not signed by this mesh")
 
+// Caller is the agent an agent token stands for, and the API key it was
+// issued for.
+type Caller struct {
+	AgentID string
+	KeyID   string
+}
+
 // AuthenticateAgent verifies an EdDSA JWT (kid selects the public key;
 // alg=none, HS256 and other algorithms are refused) and that its API key is
 // still live.
-func (s *Service) AuthenticateAgent(ctx context.Context, token string) (httpapi.Caller, error) {
+func (s *Service) AuthenticateAgent(ctx context.Context, token string) (Caller, error) {
 	c, err := s.verifyToken(token)
 	if err != nil {
-		return httpapi.Caller{}, err
+		return Caller{}, err
 	}
 	// A revoked key invalidates its tokens at once, not at expiry.
 	var live int
 	err = s.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM api_keys WHERE key_id = ? AND agent_id = ? AND revoked_at IS NULL", c.KeyID, c.Subject).Scan(&live)
 	if err != nil {
-		return httpapi.Caller{}, err
+		return Caller{}, err
 	}
 	if live != 1 {
-		return httpapi.Caller{}, mesh.Errorf(mesh.KindUnauthorized, "key_revoked", "the API key behind this token was revoked")
+		return Caller{}, mesh.Errorf(mesh.KindUnauthorized, "key_revoked", "the API key behind this token was revoked")
 	}
-	return httpapi.Caller{AgentID: c.Subject, KeyID: c.KeyID}, nil
+	return Caller{AgentID: c.Subject, KeyID: c.KeyID}, nil
 }
 
 // AuthenticateAdmin compares the admin key in constant time. Failures are
-// throttled per source address, and the admin routes share one request
-// budget, like an agent's.
-func (s *Service) AuthenticateAdmin(ctx context.Context, key string) error {
-	now := s.now()
-	throttles := authThrottles(ctx, "")
+// throttled per source address (sourceAddr, "" when unknown), and the admin
+// routes share one request budget, like an agent's.
+func (s *Service) AuthenticateAdmin(ctx context.Context, key, sourceAddr string) error {
+	now := s.Now()
+	throttles := authThrottles("", sourceAddr)
 	if err := s.checkThrottles(ctx, throttles, now); err != nil {
 		return err
 	}
@@ -230,14 +222,14 @@ func (s *Service) verifyToken(token string) (claims, error) {
 		}
 		return nil, fmt.Errorf("unknown kid")
 	}, jwt.WithValidMethods([]string{"EdDSA"}), jwt.WithIssuer(tokenIssuer), jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(func() time.Time { return s.now() }))
+		jwt.WithTimeFunc(func() time.Time { return s.Now() }))
 	if err != nil || !mesh.ValidAgentID(c.Subject) || !validKeyID(c.KeyID) {
 		return claims{}, errBadToken
 	}
 	// However validly signed, a token never outlives the configured
 	// lifetime: one minted with a far-future exp (a leaked signing key, a
 	// bug) must not work for years.
-	if c.ExpiresAt.Time.After(s.now().Add(s.TokenTTL + maxClockSkew)) {
+	if c.ExpiresAt.Time.After(s.Now().Add(s.TokenTTL + maxClockSkew)) {
 		return claims{}, errBadToken
 	}
 	return c, nil

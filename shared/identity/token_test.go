@@ -208,7 +208,7 @@ func TestKeysAndTokens(t *testing.T) {
 			t.Fatalf("rotation %+v", rot)
 		}
 		for _, k := range []string{key1, rot.APIKey} {
-			if _, err := s.IssueToken(ctx, k); err != nil {
+			if _, err := s.IssueToken(ctx, k, ""); err != nil {
 				t.Fatalf("key %s…: %v", k[:16], err)
 			}
 		}
@@ -225,7 +225,7 @@ func TestKeysAndTokens(t *testing.T) {
 		if me := mesh.AsError(err); me.Kind != mesh.KindUnauthorized || me.Code != "key_revoked" {
 			t.Fatalf("token of a revoked key: %v", err)
 		}
-		if _, err := s.IssueToken(ctx, key1); mesh.AsError(err).Code != "invalid_api_key" {
+		if _, err := s.IssueToken(ctx, key1, ""); mesh.AsError(err).Code != "invalid_api_key" {
 			t.Fatalf("revoked key exchanged: %v", err)
 		}
 		clock.Advance(time.Minute)
@@ -239,7 +239,7 @@ func TestKeysAndTokens(t *testing.T) {
 	})
 	step("a revocation retires the inbox key that the revoked key could fetch", func(t *testing.T) {
 		// key1 was revoked above: the live key's token carries the next epoch.
-		tok, err := s.IssueToken(ctx, rot.APIKey)
+		tok, err := s.IssueToken(ctx, rot.APIKey, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +255,7 @@ func TestKeysAndTokens(t *testing.T) {
 		}
 	})
 	step("rotating with revoke_existing and rotate_inbox_key leaves only the new key and bumps the epoch", func(t *testing.T) {
-		before, _ := s.IssueToken(ctx, rot.APIKey)
+		before, _ := s.IssueToken(ctx, rot.APIKey, "")
 		r2, err := s.RotateKey(ctx, "keyed", RotateOptions{RevokeExisting: true, RotateInboxKey: true})
 		if err != nil {
 			t.Fatal(err)
@@ -264,10 +264,10 @@ func TestKeysAndTokens(t *testing.T) {
 		if len(r2.RevokedKeyIDs) != 1 || r2.RevokedKeyIDs[0] != rot.KeyID || r2.KeyEpoch != 3 {
 			t.Fatalf("rotation %+v", r2)
 		}
-		if _, err := s.IssueToken(ctx, rot.APIKey); err == nil {
+		if _, err := s.IssueToken(ctx, rot.APIKey, ""); err == nil {
 			t.Fatal("the old key still works")
 		}
-		after, err := s.IssueToken(ctx, r2.APIKey)
+		after, err := s.IssueToken(ctx, r2.APIKey, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +337,7 @@ func TestTokenCarriesEveryRetainedInboxKey(t *testing.T) {
 	}
 	epochs := func(t *testing.T) []int {
 		t.Helper()
-		tok, err := s.IssueToken(ctx, key)
+		tok, err := s.IssueToken(ctx, key, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package identity
 
 import (
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -37,23 +36,6 @@ const (
 	DefaultPageSize = 100
 	MaxPageSize     = 1000
 )
-
-// parsePage reads ?after= and ?limit=. after must be an id (the lists are
-// ordered by agent or group id, which share one pattern).
-func parsePage(after, limit string) (Page, error) {
-	p := Page{After: after, Limit: DefaultPageSize}
-	if after != "" && !mesh.ValidAgentID(after) {
-		return p, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "after must be an id from next_after")
-	}
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > MaxPageSize {
-			return p, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "limit must be an integer from 1 to %d", MaxPageSize)
-		}
-		p.Limit = n
-	}
-	return p, nil
-}
 
 // cutPage trims a list read with LIMIT Limit+1 to one page: when the extra
 // item came back, more follow, and the cursor is the id of the page's last

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 )
@@ -29,7 +30,7 @@ func init() {
 		"GET /v1/account/agents/{id}/tasks/{task_id}": {pageBytes: tasks.MaxMessagePageBytes + tasks.DetailArtifactBytes, also: maxTask},
 		"GET /v1/account/friend-requests":             {count: accounts.MaxRequestsPage, item: identity.FriendRequest{RequestID: "18446744073709551615", From: maxID, To: maxID, Status: "pending", CreatedAt: maxTime, DecidedAt: &maxTime}},
 		"GET /v1/account/audit": {count: accounts.MaxAuditPage, item: accounts.AuditEntry{ID: "18446744073709551615", OccurredAt: maxTime,
-			Actor: identity.Actor{Kind: "account", ID: maxID}, Action: identity.AuditFriendshipRemoved, AgentID: maxID, OtherID: &other, Detail: strings.Repeat("<", 500)}},
+			Actor: api.AuditActor{Kind: "account", ID: maxID}, Action: identity.AuditFriendshipRemoved, AgentID: maxID, OtherID: &other, Detail: strings.Repeat("<", 500)}},
 		// 50 dead letters and 10 backlog rows.
 		"GET /v1/account/outbox": {count: 60, item: accounts.DeadLetter{Recipient: maxID, Seq: 1 << 62, EventID: strings.Repeat("e", 40), Type: "artifact", LastError: &lastErr, FailedAt: maxTime}},
 		// As the admin route: nothing caps an agent's live keys.

@@ -10,14 +10,15 @@ import (
 	"fmt"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/console"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
-	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 	"github.com/agentmesh/agentmesh/shared/metrics"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 	"github.com/agentmesh/agentmesh/shared/tracing"
 )
 
@@ -60,16 +61,16 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 		reg.Jobs[id] = job
 	}
 
-	ts := tasks.New(env)
+	ts := taskshttp.New(env)
 	if deps.Metrics != nil {
-		// tasks.New has already defaulted both sinks.
+		// taskshttp.New has already defaulted both sinks.
 		ts.Metrics, ts.Inbox.Metrics = deps.Metrics, deps.Metrics
 	}
 	acc := accounts.New(env.Identity, ts)
 	addHTTP(env.Endpoints())
-	addHTTP(identity.Endpoints(env.Identity))
-	addHTTP(tasks.Endpoints(ts))
-	addHTTP(accounts.Endpoints(acc))
+	addHTTP(identityhttp.Endpoints(env.Identity))
+	addHTTP(taskshttp.Endpoints(ts))
+	addHTTP(accountshttp.Endpoints(acc))
 	// The console answers HTML, not the JSON of httpapi: functions/console
 	// wraps the same handler.
 	if _, ok := reg.HTTP["ConsoleFunction"]; ok {
@@ -78,7 +79,7 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 	reg.HTTP["ConsoleFunction"] = tracing.HTTP(console.New(acc, env.Log).Handler())
 
 	addJob("PresenceScannerFunction", env.Identity.ScanPresence)
-	for id, job := range tasks.Jobs(ts) {
+	for id, job := range taskshttp.Jobs(ts) {
 		addJob(id, job)
 	}
 	if d := deps.Dispatcher; d != nil {

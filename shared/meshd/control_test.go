@@ -41,7 +41,7 @@ func TestAStopSaysWhatItWaitsForAndASecondInterruptKillsTheHandler(t *testing.T)
 	})
 	within(t, 20*time.Second, "the handler starts", func() error { _, err := os.ReadFile(started); return err })
 	r.cancel()
-	f.logs.waitLine(t, 10*time.Second, "stopping: waiting for the handler to finish its event")
+	f.logs.WaitLine(t, 10*time.Second, "stopping: waiting for the handler to finish its event")
 	if !strings.Contains(f.logs.String(), `"seq":1`) {
 		t.Errorf("the stop message does not name the seq:\n%s", f.logs.String())
 	}

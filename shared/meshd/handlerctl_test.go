@@ -193,7 +193,7 @@ func TestTheHandlerRepliesThroughMeshdWithACapabilityThatDiesWithItsRun(t *testi
 	})
 	release("release the second handler run")
 	// Marked after the handler returned: its capability is gone by then.
-	f.logs.waitLine(t, 30*time.Second, `"msg":"event handled"`, `"seq":2`)
+	f.logs.WaitLine(t, 30*time.Second, `"msg":"event handled"`, `"seq":2`)
 	t.Run("the capability is refused once its run ended, while Run still serves", func(t *testing.T) {
 		last, _ := meshd.HandlerClientFromEnv(func(k string) string { return second[k] })
 		if _, err := last.Reply(ctx, "task-2", meshclient.ReplyRequest{Parts: textParts("late")}); !meshclient.IsStatus(err, 401) {

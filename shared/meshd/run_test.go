@@ -27,6 +27,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/meshd"
 	"github.com/agentmesh/agentmesh/shared/seal"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 const partitions = 3
@@ -42,7 +43,7 @@ type fixture struct {
 	sealer  *seal.Sealer
 	prod    *kgo.Client
 	dir     string
-	logs    *logWatch
+	logs    *testenv.Buffer
 }
 
 // newSealer is a sealer on a fresh random master key, standing in for the
@@ -67,7 +68,7 @@ func newFixture(t *testing.T, withKafka bool) *fixture {
 	for kafka.PartitionFor(s.RoutingID("bob"), partitions) == kafka.PartitionFor("bob", partitions) {
 		s = newSealer(t)
 	}
-	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: newLogWatch()}
+	f := &fixture{t: t, sealer: s, dir: t.TempDir(), logs: &testenv.Buffer{}}
 	if withKafka {
 		var err error
 		f.brokers = kafkatest.Brokers(t)
@@ -508,7 +509,7 @@ func TestStopLetsTheCurrentHandlerFinishAndMarksIt(t *testing.T) {
 	<-started
 	r.cancel()
 	// Run saw the stop while the handler ran.
-	f.logs.waitLine(t, 10*time.Second, "stopping: waiting for the handler to finish its event")
+	f.logs.WaitLine(t, 10*time.Second, "stopping: waiting for the handler to finish its event")
 	close(release)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
@@ -597,7 +598,7 @@ func TestAnUnopenableRepeatIsSkipped(t *testing.T) {
 	h := newRecorder()
 	r := f.start(h, func(c *meshd.Config) { c.API = meshclient.New(srv.URL, "amk_test") })
 	h.waitFor(t, 2, 30*time.Second)
-	f.logs.waitLine(t, 10*time.Second, "cannot open a Kafka record")
+	f.logs.WaitLine(t, 10*time.Second, "cannot open a Kafka record")
 	select {
 	case <-readAfter2:
 	case <-time.After(10 * time.Second):
@@ -872,7 +873,7 @@ func TestRunRefusesWhatRetryingCannotFix(t *testing.T) {
 		h := newRecorder()
 		first := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll })
 		// Let the first one take the lock.
-		f.logs.waitLine(t, 10*time.Second, "meshd started")
+		f.logs.WaitLine(t, 10*time.Second, "meshd started")
 		second := f.start(h, func(c *meshd.Config) { c.Mode = meshd.ModePoll })
 		select {
 		case err := <-second.done:

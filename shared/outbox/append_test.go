@@ -11,37 +11,13 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 var testT0 = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
-
-// withAgents bulk-inserts agents and their counter rows, as
-// identity.CreateAgent does.
-func withAgents(t testing.TB, db *mysql.DB, ids ...string) {
-	t.Helper()
-	for start := 0; start < len(ids); start += 500 {
-		chunk := ids[start:min(start+500, len(ids))]
-		var agents, counters []any
-		for _, id := range chunk {
-			agents = append(agents, id, id, testT0)
-			counters = append(counters, id)
-		}
-		if _, err := db.Exec(repeatValues("INSERT INTO agents (agent_id, name, created_at) VALUES (?, ?, ?)", len(chunk)), agents...); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec(repeatValues("INSERT INTO inbox_counters (recipient, last_seq) VALUES (?, 0)", len(chunk)), counters...); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func repeatValues(stmt string, n int) string {
-	tuple := stmt[strings.LastIndex(stmt, "VALUES ")+len("VALUES "):]
-	return stmt + strings.Repeat(", "+tuple, n-1)
-}
 
 func ids(prefix string, n int) []string {
 	out := make([]string, n)
@@ -72,7 +48,7 @@ func TestAppendInOppositeOrdersDoesNotDeadlock(t *testing.T) {
 	// counter table, locking every row in key order, which would hide the
 	// lock order this test is about.
 	all := ids("r", 5000)
-	withAgents(t, db, all...)
+	identitytest.Agents(t, db, all...)
 	rs := all[:1000]
 	up := make([]Event, len(rs))
 	down := make([]Event, len(rs))
@@ -126,7 +102,7 @@ func TestAppendInOppositeOrdersDoesNotDeadlock(t *testing.T) {
 
 func TestAppend(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	withAgents(t, db, "a", "b", "c")
+	identitytest.Agents(t, db, "a", "b", "c")
 
 	t.Run("events of one recipient get consecutive seqs in slice order", func(t *testing.T) {
 		evs := []Event{event("b", "1", `{}`), event("a", "2", `{}`), event("b", "3", `{}`), event("b", "4", `{}`)}
@@ -198,7 +174,7 @@ func TestChunkEnd(t *testing.T) {
 
 func TestAppendSealsUnderTheEpochCommittedLast(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	withAgents(t, db, "bob")
+	identitytest.Agents(t, db, "bob")
 	ctx := context.Background()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -162,14 +163,8 @@ func OldestSeq(ctx context.Context, q Querier, recipient string) (int64, error) 
 	return oldest, err
 }
 
-// Page is one answer of the inbox API.
-type Page struct {
-	Events []mesh.Envelope `json:"events"`
-	// NextAfter is the cursor for the next call: the last returned seq, or
-	// the given one when nothing was returned.
-	NextAfter int64 `json:"next_after"`
-	OldestSeq int64 `json:"oldest_seq"`
-}
+// Page is one answer of the inbox API: the wire type, defined once in api.
+type Page = api.InboxPage
 
 // Inbox serves GET /v1/inbox, including its long poll.
 type Inbox struct {

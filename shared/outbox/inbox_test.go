@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
@@ -78,7 +79,7 @@ func polling(entered chan struct{}) func(context.Context, time.Duration) error {
 
 func TestInboxWait(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	withAgents(t, db, "r", "other", "late")
+	identitytest.Agents(t, db, "r", "other", "late")
 	if err := appendIn(t, db, []Event{event("r", "1", `{"n":1}`), event("r", "2", `{"n":2}`), event("other", "x", `{}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestInboxWait(t *testing.T) {
 func TestQueriesUseTheirIndexes(t *testing.T) {
 	db, _ := mysqltest.New(t)
 	rs := ids("q", 200)
-	withAgents(t, db, rs...)
+	identitytest.Agents(t, db, rs...)
 	var evs []Event
 	for _, r := range rs {
 		for i := range 10 {
@@ -228,7 +229,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 
 func TestInboxReadAcrossBatches(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	withAgents(t, db, "r")
+	identitytest.Agents(t, db, "r")
 	var evs []Event
 	for i := range 3*inboxReadBatch + 5 {
 		evs = append(evs, event("r", fmt.Sprint("m", i), fmt.Sprintf(`{"n":%d}`, i)))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
@@ -20,7 +21,7 @@ func settle(t *testing.T, db *mysql.DB, recipient string, seq int64, delivery st
 
 func TestJanitor(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	withAgents(t, db, "a", "b")
+	identitytest.Agents(t, db, "a", "b")
 	now := testT0.Add(30 * 24 * time.Hour)
 	old, recent := now.Add(-8*24*time.Hour), now.Add(-6*24*time.Hour)
 	var evs []Event

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 // Benchmarks of the write and read paths, run by `make bench`. Every request
 // goes through httpapi.Lambda as a real API Gateway HTTP API v2 event (the
@@ -30,12 +30,16 @@ import (
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/seal"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 const (
@@ -55,7 +59,7 @@ const (
 type benchEnv struct {
 	db    *mysql.DB
 	id    *identity.Service
-	svc   *Service
+	svc   *tasks.Service
 	eps   httpapi.Endpoints
 	log   *slog.Logger
 	msgID atomic.Int64
@@ -81,13 +85,13 @@ func newBenchEnv(b *testing.B, clock mesh.Clock) *benchEnv {
 	// The Lambda functions log one JSON line per request; discarding it
 	// still pays for building and encoding it.
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	svc := &Service{DB: db, Clock: clock, Log: log}
-	return &benchEnv{db: db, id: id, svc: svc, eps: Endpoints(svc), log: log}
+	svc := &tasks.Service{DB: db, Clock: clock, Log: log}
+	return &benchEnv{db: db, id: id, svc: svc, eps: taskshttp.Endpoints(svc), log: log}
 }
 
 // handler is the Lambda handler of a logical function, as functions/*/main.go wires it.
 func (e *benchEnv) handler(fn string) httpapi.LambdaHandler {
-	return httpapi.Lambda(e.id, e.log, e.eps.Must(fn))
+	return httpapi.Lambda(identityhttp.Authenticator(e.id), e.log, e.eps.Must(fn))
 }
 
 // credentials creates agents through identity (agent, API key, counter and
@@ -109,7 +113,7 @@ func (e *benchEnv) credentials(b *testing.B, ids []string) []agentCred {
 				errs <- err
 				return
 			}
-			tok, err := e.id.IssueToken(ctx, key)
+			tok, err := e.id.IssueToken(ctx, key, "")
 			if err != nil {
 				errs <- err
 				return
@@ -231,10 +235,10 @@ func BenchmarkTwoInsertCommit(b *testing.B) {
 		id := "bench-" + strconv.FormatInt(n.Add(1), 10)
 		now := time.Now().UTC()
 		return db.InTx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, insertTaskSQL, id, id, nil, "a", "b", mesh.TaskSubmitted, now, now); err != nil {
+			if _, err := tx.ExecContext(ctx, tasks.InsertTaskSQL, id, id, nil, "a", "b", mesh.TaskSubmitted, now, now); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(ctx, insertMessageSQL, id, id, "a", `[{"kind":"text","text":"hello"}]`, now)
+			_, err := tx.ExecContext(ctx, tasks.InsertMessageSQL, id, id, "a", `[{"kind":"text","text":"hello"}]`, now)
 			return err
 		})
 	}
@@ -279,7 +283,7 @@ func BenchmarkSendMessage(b *testing.B) {
 	e.befriend(b, pairs)
 
 	tmpl := sampleEvent(b, "send-message")
-	var body SendRequest
+	var body tasks.SendRequest
 	if err := json.Unmarshal([]byte(tmpl.Body), &body); err != nil {
 		b.Fatal(err)
 	}
@@ -345,7 +349,7 @@ func BenchmarkGroupFanout1000(b *testing.B) {
 	tmpl.PathParameters = map[string]string{"id": g.GroupID}
 	tmpl.RawPath = "/v1/groups/" + g.GroupID + "/messages"
 	tmpl.RequestContext.HTTP.Path = tmpl.RawPath
-	var body GroupSendRequest
+	var body tasks.GroupSendRequest
 	if err := json.Unmarshal([]byte(tmpl.Body), &body); err != nil {
 		b.Fatal(err)
 	}
@@ -462,8 +466,8 @@ func fillInbox(b *testing.B, db *mysql.DB, sender, recipient string, n int) {
 		evs := make([]outbox.Event, 0, chunk)
 		for i := range chunk {
 			id := fmt.Sprintf("fill-%06d", done+i)
-			t := &Task{TaskID: id, ContextID: "ctx-" + id, Initiator: sender, Recipient: recipient, Status: mesh.TaskSubmitted, CreatedAt: t0, UpdatedAt: t0}
-			body, err := json.Marshal(MessageBody{Message: Message{MessageID: id, From: sender, Parts: parts, CreatedAt: t0}, Task: t.ref()})
+			t := &tasks.Task{TaskID: id, ContextID: "ctx-" + id, Initiator: sender, Recipient: recipient, Status: mesh.TaskSubmitted, CreatedAt: t0, UpdatedAt: t0}
+			body, err := json.Marshal(tasks.MessageBody{Message: tasks.EventMessage{MessageID: id, From: sender, Parts: parts, CreatedAt: t0}, Task: tasks.TaskRef{TaskID: t.TaskID, ContextID: t.ContextID, Initiator: t.Initiator, Recipient: t.Recipient, Status: t.Status}})
 			if err != nil {
 				b.Fatal(err)
 			}

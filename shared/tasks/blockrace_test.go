@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // raceDeadline bounds every wait of the race tests: reaching it fails the
@@ -124,12 +126,12 @@ func TestAnEndingThatRacesASendWaitsForTheSendToCommit(t *testing.T) {
 }
 
 func directSend(f *fixture) error {
-	_, err := f.svc.Send(context.Background(), "ann", SendRequest{To: "bob", Parts: text("racing")})
+	_, err := f.svc.Send(context.Background(), "ann", tasks.SendRequest{To: "bob", Parts: text("racing")})
 	return err
 }
 
 func groupSend(f *fixture) error {
-	_, err := f.svc.SendToGroup(context.Background(), "ann", "g", GroupSendRequest{Parts: text("racing")})
+	_, err := f.svc.SendToGroup(context.Background(), "ann", "g", tasks.GroupSendRequest{Parts: text("racing")})
 	return err
 }
 
@@ -183,15 +185,15 @@ func waitErr(t *testing.T, ch <-chan error, what string) error {
 func TestASendThatMeetsAnOpenBlockWaitsForItAndIsThenRefused(t *testing.T) {
 	cases := []struct {
 		name string
-		send func(s *Service) error
+		send func(s *tasks.Service) error
 		want string
 	}{
-		{"a direct send", func(s *Service) error {
-			_, err := s.Send(context.Background(), "ann", SendRequest{To: "bob", Parts: text("racing")})
+		{"a direct send", func(s *tasks.Service) error {
+			_, err := s.Send(context.Background(), "ann", tasks.SendRequest{To: "bob", Parts: text("racing")})
 			return err
 		}, mesh.ErrNotReachable.Code},
-		{"a group send to the blocker alone", func(s *Service) error {
-			_, err := s.SendToGroup(context.Background(), "ann", "g", GroupSendRequest{Parts: text("racing")})
+		{"a group send to the blocker alone", func(s *tasks.Service) error {
+			_, err := s.SendToGroup(context.Background(), "ann", "g", tasks.GroupSendRequest{Parts: text("racing")})
 			return err
 		}, "no_recipients"},
 	}
@@ -219,7 +221,7 @@ func TestASendThatMeetsAnOpenBlockWaitsForItAndIsThenRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			err = c.send(&Service{DB: impatient(t, f.dsn), Clock: f.clock})
+			err = c.send(&tasks.Service{DB: impatient(t, f.dsn), Clock: f.clock})
 			if err == nil {
 				t.Fatal("the send committed while the block was open: its check did not wait for the block")
 			}

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"bytes"
@@ -15,11 +15,13 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/testenv"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // nestedData is a data part whose value nests depth levels deep.
 func nestedData(depth int) []mesh.Part {
-	return []mesh.Part{{Kind: PartData, Data: json.RawMessage(strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth))}}
+	return []mesh.Part{{Kind: tasks.PartData, Data: json.RawMessage(strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth))}}
 }
 
 // Every route that takes parts caps the nesting of a data part's value at
@@ -30,8 +32,8 @@ func TestDataNestedDeeperThan32LevelsIsRefusedOnEveryRouteAndTheInboxKeepsFlowin
 	f.agents(t, "ann", "bob", "cat")
 	f.friends(t, "ann", "bob")
 	f.group(t, "crew", "ctx-crew", "ann", "bob", "cat")
-	task := f.send(t, "ann", SendRequest{To: "bob", Parts: text("start")}).TaskID
-	if r := f.status(t, "bob", task, StatusRequest{Status: mesh.TaskWorking}); r.Status != 200 {
+	task := f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: text("start")}).TaskID
+	if r := f.status(t, "bob", task, tasks.StatusRequest{Status: mesh.TaskWorking}); r.Status != 200 {
 		t.Fatalf("working: %d %s", r.Status, r.Body)
 	}
 
@@ -46,13 +48,15 @@ func TestDataNestedDeeperThan32LevelsIsRefusedOnEveryRouteAndTheInboxKeepsFlowin
 	}{
 		{"a direct send", "ann", "bob",
 			func(p []mesh.Part) response {
-				return f.call(t, req{fn: "SendMessageFunction", caller: "ann", method: "POST", path: "/v1/messages", body: SendRequest{To: "bob", Parts: p}})
+				return f.call(t, req{fn: "SendMessageFunction", caller: "ann", method: "POST", path: "/v1/messages", body: tasks.SendRequest{To: "bob", Parts: p}})
 			}, 202, nil, 0},
 		{"a group send", "ann", "cat",
-			func(p []mesh.Part) response { return f.groupSend(t, "ann", "crew", GroupSendRequest{Parts: p}) }, 202,
-			func(note string) response { return f.groupSend(t, "ann", "crew", GroupSendRequest{Parts: text(note)}) }, 202},
+			func(p []mesh.Part) response { return f.groupSend(t, "ann", "crew", tasks.GroupSendRequest{Parts: p}) }, 202,
+			func(note string) response {
+				return f.groupSend(t, "ann", "crew", tasks.GroupSendRequest{Parts: text(note)})
+			}, 202},
 		{"a reply", "ann", "bob",
-			func(p []mesh.Part) response { return f.reply(t, "ann", task, ReplyRequest{Parts: p}) }, 202, nil, 0},
+			func(p []mesh.Part) response { return f.reply(t, "ann", task, tasks.ReplyRequest{Parts: p}) }, 202, nil, 0},
 		{"a status note", "bob", "ann",
 			func(p []mesh.Part) response {
 				body := map[string]any{"status": mesh.TaskInputRequired, "message": map[string]any{"parts": p}}
@@ -60,20 +64,20 @@ func TestDataNestedDeeperThan32LevelsIsRefusedOnEveryRouteAndTheInboxKeepsFlowin
 			}, 200, nil, 0},
 		{"an artifact", "bob", "ann",
 			func(p []mesh.Part) response {
-				return f.artifact(t, "bob", task, ArtifactRequest{Name: "out", Parts: p})
+				return f.artifact(t, "bob", task, tasks.ArtifactRequest{Name: "out", Parts: p})
 			}, 201, nil, 0},
 	}
 	for _, rt := range routes {
 		if rt.followUp == nil { // a reply in the task reaches the same inbox
 			by := rt.by
-			rt.followUp = func(note string) response { return f.reply(t, by, task, ReplyRequest{Parts: text(note)}) }
+			rt.followUp = func(note string) response { return f.reply(t, by, task, tasks.ReplyRequest{Parts: text(note)}) }
 			rt.followsOK = 202
 		}
 		for _, depth := range []int{10000, 1000, 33, 32} {
 			t.Run(fmt.Sprintf("%s with data %d levels deep, then a normal message", rt.name, depth), func(t *testing.T) {
 				before := f.state(t)
 				r := rt.write(nestedData(depth))
-				if depth > MaxDataDepth {
+				if depth > tasks.MaxDataDepth {
 					if r.Status != 400 || r.code() != "too_deep" || r.Headers["Content-Type"] != "application/problem+json" {
 						t.Fatalf("got %d %s, want 400 too_deep problem+json", r.Status, r.Body)
 					}
@@ -97,9 +101,9 @@ func TestDataNestedDeeperThan32LevelsIsRefusedOnEveryRouteAndTheInboxKeepsFlowin
 				if !bytes.Contains(last.Body, []byte(note)) {
 					t.Fatalf("the normal message is not the newest event of %s: %s", rt.to, last.Body)
 				}
-				if depth == MaxDataDepth {
+				if depth == tasks.MaxDataDepth {
 					prev := evs[len(evs)-2]
-					if d := jsonlimit.Depth(prev.Body); prev.Type == mesh.EventUndeliverable || d < MaxDataDepth {
+					if d := jsonlimit.Depth(prev.Body); prev.Type == mesh.EventUndeliverable || d < tasks.MaxDataDepth {
 						t.Fatalf("the accepted 32-level event was not served as written (type %s, depth %d)", prev.Type, d)
 					}
 				}
@@ -141,7 +145,7 @@ func TestStoredContentThatCannotBeServedBecomesAPlaceholderNotAFailedPage(t *tes
 	f.friends(t, "ann", "bob")
 	var ids []string
 	for i := range 4 {
-		ids = append(ids, f.send(t, "ann", SendRequest{To: "bob", Parts: text(fmt.Sprint("m", i))}).TaskID)
+		ids = append(ids, f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: text(fmt.Sprint("m", i))}).TaskID)
 	}
 	// seq 2: nested past any decoder's comfort; seq 3: not JSON at all.
 	if _, err := f.db.Exec("UPDATE outbox_events SET body = ? WHERE recipient = 'bob' AND seq = 2", `{"message":{"parts":`+poisonJSON()+`}}`); err != nil {
@@ -226,7 +230,7 @@ func lambdaPayload(t testing.TB, r response) int {
 // A message of 256 KiB made of quotes is 256 KiB stored and about 512 KiB
 // on the wire (every quote escaped twice): the worst case for the bounds.
 func bigParts() []mesh.Part {
-	return text(strings.Repeat(`"`, (DefaultMaxMessageBytes-64)/2))
+	return text(strings.Repeat(`"`, (tasks.DefaultMaxMessageBytes-64)/2))
 }
 
 func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T) {
@@ -234,11 +238,11 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 	f.agents(t, "ann", "bob")
 	f.friends(t, "ann", "bob")
 	const n = 40
-	first := f.send(t, "ann", SendRequest{To: "bob", Parts: bigParts(), MessageID: "m-00"})
+	first := f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: bigParts(), MessageID: "m-00"})
 	want := []string{"m-00"}
 	for i := 1; i < n; i++ {
 		id := fmt.Sprintf("m-%02d", i)
-		if r := f.reply(t, "ann", first.TaskID, ReplyRequest{Parts: bigParts(), MessageID: id}); r.Status != 202 {
+		if r := f.reply(t, "ann", first.TaskID, tasks.ReplyRequest{Parts: bigParts(), MessageID: id}); r.Status != 202 {
 			t.Fatalf("reply %d: %d %s", i, r.Status, r.Body)
 		}
 		want = append(want, id)
@@ -260,7 +264,7 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 	t.Run("the task answers its newest messages and counts the earlier ones", func(t *testing.T) {
 		r := f.getTask(t, "bob", first.TaskID)
 		fits(t, "GET /v1/tasks/{id}", r)
-		var d TaskDetail
+		var d tasks.TaskDetail
 		r.decode(t, &d)
 		if len(d.Messages) == 0 || len(d.Messages)+d.EarlierMessages != n || d.Messages[len(d.Messages)-1].MessageID != want[n-1] {
 			t.Fatalf("%d messages + %d earlier, newest %v", len(d.Messages), d.EarlierMessages, d.Messages)
@@ -276,9 +280,9 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 			if pages > n {
 				t.Fatal("paging does not end")
 			}
-			r := f.messages(t, "bob", first.TaskID, after, MaxMessagesLimit)
+			r := f.messages(t, "bob", first.TaskID, after, tasks.MaxMessagesLimit)
 			fits(t, "GET /v1/tasks/{id}/messages", r)
-			var p MessagePage
+			var p tasks.MessagePage
 			r.decode(t, &p)
 			for _, m := range p.Messages {
 				got = append(got, m.MessageID)
@@ -325,7 +329,7 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 		}
 	})
 	t.Run("the task list stays small whatever the tasks hold", func(t *testing.T) {
-		fits(t, "GET /v1/tasks", f.call(t, req{fn: "ListTasksFunction", caller: "bob", method: "GET", path: "/v1/tasks", query: map[string]string{"limit": fmt.Sprint(MaxListLimit)}}))
+		fits(t, "GET /v1/tasks", f.call(t, req{fn: "ListTasksFunction", caller: "bob", method: "GET", path: "/v1/tasks", query: map[string]string{"limit": fmt.Sprint(tasks.MaxListLimit)}}))
 	})
 }
 
@@ -334,13 +338,13 @@ func TestLongTasksAndFullInboxesReadCompletelyInPagesThatFitLambda(t *testing.T)
 func TestAGroupSendToMoreThanMaxFanoutMembersIsRefusedAndWritesNothing(t *testing.T) {
 	f := newFixture(t)
 	members := []string{"ann"}
-	for i := range MaxFanoutMembers + 1 {
+	for i := range tasks.MaxFanoutMembers + 1 {
 		members = append(members, fmt.Sprintf("m%05d", i))
 	}
 	f.agents(t, members...)
 	f.group(t, "all", "ctx-all", members...)
 	before := f.state(t)
-	r := f.groupSend(t, "ann", "all", GroupSendRequest{Parts: text("hi all")})
+	r := f.groupSend(t, "ann", "all", tasks.GroupSendRequest{Parts: text("hi all")})
 	if r.Status != 413 || r.code() != "fanout_too_large" {
 		t.Fatalf("got %d %.300s, want 413 fanout_too_large", r.Status, r.Body)
 	}
@@ -350,8 +354,8 @@ func TestAGroupSendToMoreThanMaxFanoutMembersIsRefusedAndWritesNothing(t *testin
 	if _, err := f.db.Exec("DELETE FROM group_members WHERE group_id = 'all' AND agent_id = 'm00000'"); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.groupSend(t, "ann", "all", GroupSendRequest{Parts: text("hi all")}); r.Status != 202 || lambdaPayload(t, r) > jsonlimit.LambdaResponseBytes {
-		t.Fatalf("exactly %d recipients: %d, %d bytes", MaxFanoutMembers, r.Status, len(r.Body))
+	if r := f.groupSend(t, "ann", "all", tasks.GroupSendRequest{Parts: text("hi all")}); r.Status != 202 || lambdaPayload(t, r) > jsonlimit.LambdaResponseBytes {
+		t.Fatalf("exactly %d recipients: %d, %d bytes", tasks.MaxFanoutMembers, r.Status, len(r.Body))
 	}
 }
 
@@ -359,28 +363,26 @@ func TestTaskMessagesPageByCountAcrossReadBatches(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "ann", "bob")
 	f.friends(t, "ann", "bob")
-	task := f.send(t, "ann", SendRequest{To: "bob", Parts: text("0")}).TaskID
-	const n = 2*messagesReadBatch + 7
+	task := f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: text("0")}).TaskID
+	const n = 2*tasks.MessagesReadBatch + 7
 	for i := 1; i < n; i++ {
-		if r := f.reply(t, "ann", task, ReplyRequest{Parts: text(fmt.Sprint(i))}); r.Status != 202 {
+		if r := f.reply(t, "ann", task, tasks.ReplyRequest{Parts: text(fmt.Sprint(i))}); r.Status != 202 {
 			t.Fatalf("reply %d: %d", i, r.Status)
 		}
 	}
-	for _, limit := range []int{1, messagesReadBatch, messagesReadBatch + 1, n, MaxMessagesLimit} {
+	for _, limit := range []int{1, tasks.MessagesReadBatch, tasks.MessagesReadBatch + 1, n, tasks.MaxMessagesLimit} {
 		t.Run(fmt.Sprintf("pages of %d read all %d messages once, in order, more until the last", limit, n), func(t *testing.T) {
 			var got []string
 			after := ""
 			for pages := 1; ; pages++ {
 				r := f.messages(t, "bob", task, after, limit)
-				var p MessagePage
+				var p tasks.MessagePage
 				r.decode(t, &p)
 				if r.Status != 200 || len(p.Messages) > limit || (p.More && len(p.Messages) != limit) {
 					t.Fatalf("page %d: %d, %d messages, more %v", pages, r.Status, len(p.Messages), p.More)
 				}
 				for _, m := range p.Messages {
-					var parts []mesh.Part
-					_ = json.Unmarshal(m.Parts, &parts)
-					got = append(got, parts[0].Text)
+					got = append(got, m.Parts[0].Text)
 				}
 				after = p.NextAfter
 				if !p.More {

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/outbox"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // Three senders each send 200 messages to one recipient at once, through the
@@ -86,7 +88,7 @@ func TestConcurrentSendersGetGaplessOrderedSeqs(t *testing.T) {
 	for si, s := range senders {
 		wg.Go(func() {
 			for i := range perSender {
-				body := SendRequest{To: "rcpt", Parts: text(fmt.Sprintf("%s #%d", s, i)), MessageID: fmt.Sprintf("%s-%03d", s, i)}
+				body := tasks.SendRequest{To: "rcpt", Parts: text(fmt.Sprintf("%s #%d", s, i)), MessageID: fmt.Sprintf("%s-%03d", s, i)}
 				for {
 					r := f.call(t, req{fn: "SendMessageFunction", caller: s, method: "POST", path: "/v1/messages", body: body})
 					if r.Status == 202 {
@@ -158,15 +160,15 @@ func TestRecipientsAreIndependent(t *testing.T) {
 	start := time.Now()
 	sendCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r, err := f.svc.Send(sendCtx, "alice", SendRequest{To: "ben", Parts: text("not blocked")})
-	if err != nil || r.Status != 202 {
+	r, err := f.svc.Send(sendCtx, "alice", tasks.SendRequest{To: "ben", Parts: text("not blocked")})
+	if err != nil || r.TaskID == "" {
 		t.Fatalf("send to ben while amy's counter is held: %v %+v after %v", err, r, time.Since(start))
 	}
 	t.Logf("send to ben took %v while amy's counter was held", time.Since(start).Round(time.Millisecond))
 
 	blocked := make(chan error, 1)
 	go func() {
-		_, err := f.svc.Send(ctx, "carol", SendRequest{To: "amy", Parts: text("must wait")})
+		_, err := f.svc.Send(ctx, "carol", tasks.SendRequest{To: "amy", Parts: text("must wait")})
 		blocked <- err
 	}()
 	select {
@@ -200,11 +202,11 @@ func TestCrashBeforeCommitLeavesNoTrace(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "alice", "bob")
 	f.friends(t, "alice", "bob")
-	f.send(t, "alice", SendRequest{To: "bob", Parts: text("before the crash")}) // bob's seq 1
+	f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("before the crash")}) // bob's seq 1
 	before := f.state(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWriterProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"=writer", "MESH_TEST_DSN="+f.dsn, "MESH_FAILPOINT="+FailpointBeforeCommit)
+	cmd.Env = append(os.Environ(), helperEnv+"=writer", "MESH_TEST_DSN="+f.dsn, "MESH_FAILPOINT="+tasks.FailpointBeforeCommit)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +219,7 @@ func TestCrashBeforeCommitLeavesNoTrace(t *testing.T) {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "FAILPOINT "+FailpointBeforeCommit+" reached") {
+			if strings.Contains(sc.Text(), "FAILPOINT "+tasks.FailpointBeforeCommit+" reached") {
 				reached <- true
 				return
 			}
@@ -257,7 +259,7 @@ func TestCrashBeforeCommitLeavesNoTrace(t *testing.T) {
 		t.Fatalf("the killed writer left something:\n before %+v\n after  %+v", before, after)
 	}
 
-	retry := SendRequest{To: "bob", Parts: text("crash me"), MessageID: "crash-1"}
+	retry := tasks.SendRequest{To: "bob", Parts: text("crash me"), MessageID: "crash-1"}
 	first := f.send(t, "alice", retry)
 	second := f.send(t, "alice", retry)
 	if first != second {
@@ -302,7 +304,7 @@ func TestHelperWriterProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &Service{DB: db}
+	svc := &tasks.Service{DB: db}
 	if fp := os.Getenv("MESH_FAILPOINT"); fp != "" {
 		svc.Failpoint = func(_ context.Context, name string) error {
 			if name == fp {
@@ -313,6 +315,6 @@ func TestHelperWriterProcess(t *testing.T) {
 			return nil
 		}
 	}
-	r, err := svc.Send(ctx, "alice", SendRequest{To: "bob", Parts: text("crash me"), MessageID: "crash-1"})
+	r, err := svc.Send(ctx, "alice", tasks.SendRequest{To: "bob", Parts: text("crash me"), MessageID: "crash-1"})
 	t.Logf("send returned %+v %v", r, err)
 }

@@ -1,9 +1,11 @@
-package tasks
+package tasks_test
 
 import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func TestASendNamingAContextItsPartiesDoNotShareIsRefused(t *testing.T) {
@@ -14,8 +16,8 @@ func TestASendNamingAContextItsPartiesDoNotShareIsRefused(t *testing.T) {
 	}
 	f.group(t, "g", "ctx-g", "ann", "bob", "dan") // cid is not in g
 	f.group(t, "h", "ctx-h", "dan", "eve")        // neither ann nor bob is in h
-	minted := f.send(t, "ann", SendRequest{To: "bob", Parts: text("a context the server mints")}).ContextID
-	f.send(t, "ann", SendRequest{To: "bob", Parts: text("a context ann names"), ContextID: "conv-ann-bob"})
+	minted := f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: text("a context the server mints")}).ContextID
+	f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: text("a context ann names"), ContextID: "conv-ann-bob"})
 
 	for _, c := range []struct {
 		name     string
@@ -38,7 +40,7 @@ func TestASendNamingAContextItsPartiesDoNotShareIsRefused(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			before := f.state(t)
 			r := f.call(t, req{fn: "SendMessageFunction", caller: c.from, method: "POST", path: "/v1/messages",
-				body: SendRequest{To: c.to, Parts: text("x"), ContextID: c.context}})
+				body: tasks.SendRequest{To: c.to, Parts: text("x"), ContextID: c.context}})
 			if r.Status != c.want {
 				t.Fatalf("got %d %s, want %d", r.Status, r.Body, c.want)
 			}
@@ -51,7 +53,7 @@ func TestASendNamingAContextItsPartiesDoNotShareIsRefused(t *testing.T) {
 				}
 				return
 			}
-			var res SendResult
+			var res tasks.SendResult
 			r.decode(t, &res)
 			var group string
 			_ = f.db.QueryRow("SELECT COALESCE(group_id, '') FROM tasks WHERE task_id = ?", res.TaskID).Scan(&group)
@@ -69,7 +71,7 @@ func TestASendNamingAContextItsPartiesDoNotShareIsRefused(t *testing.T) {
 			for i, p := range [][2]string{{"ann", "bob"}, {"cid", "ann"}} {
 				wg.Go(func() {
 					got[i] = f.call(t, req{fn: "SendMessageFunction", caller: p[0], method: "POST", path: "/v1/messages",
-						body: SendRequest{To: p[1], Parts: text("mine"), ContextID: id}}).Status
+						body: tasks.SendRequest{To: p[1], Parts: text("mine"), ContextID: id}}).Status
 				})
 			}
 			wg.Wait()

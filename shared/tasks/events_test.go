@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 // kebab turns a logical ID into its function directory and event name.
@@ -89,7 +91,7 @@ func TestSampleEventsRunThroughTheirHandlers(t *testing.T) {
 	}
 
 	env := &app.Env{DB: f.db, Log: quiet}
-	for fn, job := range Jobs(f.svc) {
+	for fn, job := range taskshttp.Jobs(f.svc) {
 		name := kebab(fn)
 		t.Run("events/"+name+".json runs the scheduled job", func(t *testing.T) {
 			if !strings.Contains(string(template), "\n  "+fn+":\n") {

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // The scanner, list and task statements must use their indexes on a table
@@ -20,7 +22,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 	const n = 3000
 	for i := range n {
 		at := t0.Add(time.Duration(i) * time.Minute)
-		args = append(args, fmt.Sprintf("task-%05d", i), "ctx", agents[i%50], agents[(i+1)%50], States[i%len(States)], at, at)
+		args = append(args, fmt.Sprintf("task-%05d", i), "ctx", agents[i%50], agents[(i+1)%50], tasks.States[i%len(tasks.States)], at, at)
 		if len(args) == 7*500 {
 			if _, err := f.db.Exec(multiRow("INSERT INTO tasks (task_id, context_id, initiator, recipient, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)", 500), args...); err != nil {
 				t.Fatal(err)
@@ -39,20 +41,20 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		args  []any
 		keys  []string
 	}{
-		{"the scanner's candidates come from tasks_idle", idleCandidatesSQL, []any{"working", cutoff, 200}, []string{"tasks_idle"}},
-		{"the scanner locks candidates by primary key", inList(lockIdleSQL, 3), []any{"task-00001", "task-00002", "task-00003", cutoff}, []string{"PRIMARY"}},
-		{"the failing update goes by primary key", inList(failTasksSQL, 2), []any{cutoff, "task-00001", "task-00002"}, []string{"PRIMARY"}},
-		{"a task is read by primary key", getTaskSQL, []any{"task-00010", "x0010", "x0010"}, []string{"PRIMARY"}},
-		{"a task is locked by primary key", lockTaskSQL, []any{"task-00010"}, []string{"PRIMARY"}},
-		{"listing as initiator walks tasks_initiator", listAsInitiatorSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51}, []string{"tasks_initiator"}},
-		{"listing as recipient walks tasks_recipient", listAsRecipientSQL, []any{"x0007", far, far, "\U0010FFFF", "working", "working", "", "", 51}, []string{"tasks_recipient"}},
-		{"listing as either walks both", listAsEitherSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51, "x0007", far, far, "\U0010FFFF", "", "", "", "", 51, 51},
+		{"the scanner's candidates come from tasks_idle", tasks.IdleCandidatesSQL, []any{"working", cutoff, 200}, []string{"tasks_idle"}},
+		{"the scanner locks candidates by primary key", tasks.InList(tasks.LockIdleSQL, 3), []any{"task-00001", "task-00002", "task-00003", cutoff}, []string{"PRIMARY"}},
+		{"the failing update goes by primary key", tasks.InList(tasks.FailTasksSQL, 2), []any{cutoff, "task-00001", "task-00002"}, []string{"PRIMARY"}},
+		{"a task is read by primary key", tasks.GetTaskSQL, []any{"task-00010", "x0010", "x0010"}, []string{"PRIMARY"}},
+		{"a task is locked by primary key", tasks.LockTaskSQL, []any{"task-00010"}, []string{"PRIMARY"}},
+		{"listing as initiator walks tasks_initiator", tasks.ListAsInitiatorSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51}, []string{"tasks_initiator"}},
+		{"listing as recipient walks tasks_recipient", tasks.ListAsRecipientSQL, []any{"x0007", far, far, "\U0010FFFF", "working", "working", "", "", 51}, []string{"tasks_recipient"}},
+		{"listing as either walks both", tasks.ListAsEitherSQL, []any{"x0007", far, far, "\U0010FFFF", "", "", "", "", 51, "x0007", far, far, "\U0010FFFF", "", "", "", "", 51, 51},
 			[]string{"", "tasks_initiator", "tasks_recipient"}},
-		{"group membership is a primary key lookup", memberGroupSQL, []any{"grp", "x0001"}, []string{"PRIMARY", "PRIMARY"}},
-		{"a context's group is found by mesh_groups_context", groupOfContextSQL, []any{"ctx-grp"}, []string{"mesh_groups_context"}},
-		{"group members are a primary key range", groupOthersSQL, []any{"grp", "x0001"}, []string{"PRIMARY"}},
-		{"the sender's blocks are a primary key range", blockedBySQL, []any{"x0001"}, []string{"PRIMARY"}},
-		{"the sender's blockers are an agent_blocks_blocked range", blockersOfSQL, []any{"x0001"}, []string{"agent_blocks_blocked"}},
+		{"group membership is a primary key lookup", tasks.MemberGroupSQL, []any{"grp", "x0001"}, []string{"PRIMARY", "PRIMARY"}},
+		{"a context's group is found by mesh_groups_context", tasks.GroupOfContextSQL, []any{"ctx-grp"}, []string{"mesh_groups_context"}},
+		{"group members are a primary key range", tasks.GroupOthersSQL, []any{"grp", "x0001"}, []string{"PRIMARY"}},
+		{"the sender's blocks are a primary key range", tasks.BlockedBySQL, []any{"x0001"}, []string{"PRIMARY"}},
+		{"the sender's blockers are an agent_blocks_blocked range", tasks.BlockersOfSQL, []any{"x0001"}, []string{"agent_blocks_blocked"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

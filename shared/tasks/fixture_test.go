@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -18,6 +18,9 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 // fixture is a fresh database, a Service on it with a test clock, and an
@@ -26,7 +29,7 @@ import (
 type fixture struct {
 	db  *mysql.DB
 	dsn string
-	svc *Service
+	svc *tasks.Service
 	eps httpapi.Endpoints
 
 	mu     sync.Mutex
@@ -41,8 +44,8 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db, dsn := mysqltest.New(t)
 	f := &fixture{db: db, dsn: dsn, now: t0, step: 25 * time.Millisecond}
-	f.svc = &Service{DB: db, Clock: f.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	f.eps = Endpoints(f.svc)
+	f.svc = &tasks.Service{DB: db, Clock: f.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.eps = taskshttp.Endpoints(f.svc)
 	return f
 }
 
@@ -222,21 +225,31 @@ func callEndpoint(t testing.TB, eps httpapi.Endpoints, r req) response {
 	return response{Status: out.StatusCode, Headers: out.Headers, Body: []byte(out.Body)}
 }
 
-func text(s string) []mesh.Part { return []mesh.Part{{Kind: PartText, Text: s}} }
+// partsJSON is parts as the wire carries them.
+func partsJSON(t testing.TB, parts []mesh.Part) string {
+	t.Helper()
+	b, err := json.Marshal(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func text(s string) []mesh.Part { return []mesh.Part{{Kind: tasks.PartText, Text: s}} }
 
 // send posts a message and requires a 202.
-func (f *fixture) send(t testing.TB, from string, body SendRequest) SendResult {
+func (f *fixture) send(t testing.TB, from string, body tasks.SendRequest) tasks.SendResult {
 	t.Helper()
 	r := f.call(t, req{fn: "SendMessageFunction", caller: from, method: "POST", path: "/v1/messages", body: body})
 	if r.Status != 202 {
 		t.Fatalf("send %s -> %s: %d %s", from, body.To, r.Status, r.Body)
 	}
-	var res SendResult
+	var res tasks.SendResult
 	r.decode(t, &res)
 	return res
 }
 
-func (f *fixture) reply(t testing.TB, caller, taskID string, body ReplyRequest) response {
+func (f *fixture) reply(t testing.TB, caller, taskID string, body tasks.ReplyRequest) response {
 	t.Helper()
 	return f.call(t, req{fn: "ReplyFunction", caller: caller, method: "POST", path: "/v1/tasks/" + taskID + "/messages",
 		params: map[string]string{"id": taskID}, body: body})
@@ -248,13 +261,13 @@ func (f *fixture) status(t testing.TB, caller, taskID string, body any) response
 		params: map[string]string{"id": taskID}, body: body})
 }
 
-func (f *fixture) artifact(t testing.TB, caller, taskID string, body ArtifactRequest) response {
+func (f *fixture) artifact(t testing.TB, caller, taskID string, body tasks.ArtifactRequest) response {
 	t.Helper()
 	return f.call(t, req{fn: "AddArtifactFunction", caller: caller, method: "POST", path: "/v1/tasks/" + taskID + "/artifacts",
 		params: map[string]string{"id": taskID}, body: body})
 }
 
-func (f *fixture) groupSend(t testing.TB, caller, groupID string, body GroupSendRequest) response {
+func (f *fixture) groupSend(t testing.TB, caller, groupID string, body tasks.GroupSendRequest) response {
 	t.Helper()
 	return f.call(t, req{fn: "SendGroupMessageFunction", caller: caller, method: "POST", path: "/v1/groups/" + groupID + "/messages",
 		params: map[string]string{"id": groupID}, body: body})

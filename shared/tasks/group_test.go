@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/agentmesh/agentmesh/shared/mysql"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func memberIDs(prefix string, n int) []string {
@@ -30,7 +32,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 	f.agents(t, "outsider")
 	f.group(t, "big", "ctx-big", members...)
 	sender := members[0]
-	body := GroupSendRequest{Parts: text("all hands at noon"), MessageID: "all-hands"}
+	body := tasks.GroupSendRequest{Parts: text("all hands at noon"), MessageID: "all-hands"}
 
 	t.Run("a failure just before the commit undoes the whole fan-out, which nobody saw meanwhile", func(t *testing.T) {
 		before := f.state(t)
@@ -61,7 +63,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
 		t.Logf("fan-out to 999 members took %v", time.Since(start).Round(time.Millisecond))
-		var res GroupSendResult
+		var res tasks.GroupSendResult
 		r.decode(t, &res)
 		if res.GroupID != "big" || res.ContextID != "ctx-big" || res.MessageID != "all-hands" || len(res.Tasks) != 999 {
 			t.Fatalf("answer: group %s context %s message %s, %d tasks", res.GroupID, res.ContextID, res.MessageID, len(res.Tasks))
@@ -91,7 +93,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 		if len(evs) != 1 || evs[0].TaskID != taskOf["m0500"] || evs[0].GroupID != "big" || evs[0].From != sender {
 			t.Fatalf("m0500's events: %+v", evs)
 		}
-		var mb MessageBody
+		var mb tasks.MessageBody
 		_ = json.Unmarshal(evs[0].Body, &mb)
 		if mb.Task.GroupID != "big" || mb.Task.Recipient != "m0500" || mb.Message.From != sender {
 			t.Fatalf("body %s", evs[0].Body)
@@ -102,7 +104,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 		f.refill(t, sender) // the fan-out spent 999 units of the sender's budget
 		before := f.state(t)
 		r := f.groupSend(t, sender, "big", body)
-		var res GroupSendResult
+		var res tasks.GroupSendResult
 		r.decode(t, &res)
 		if r.Status != 202 || len(res.Tasks) != 999 {
 			t.Fatalf("got %d with %d tasks", r.Status, len(res.Tasks))
@@ -115,7 +117,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 	t.Run("a member's reply goes back to the sender only", func(t *testing.T) {
 		var taskID string
 		_ = f.db.QueryRow("SELECT task_id FROM tasks WHERE group_id = 'big' AND recipient = 'm0007'").Scan(&taskID)
-		if r := f.reply(t, "m0007", taskID, ReplyRequest{Parts: text("I'll be there")}); r.Status != 202 {
+		if r := f.reply(t, "m0007", taskID, tasks.ReplyRequest{Parts: text("I'll be there")}); r.Status != 202 {
 			t.Fatalf("reply: %d %s", r.Status, r.Body)
 		}
 		if n := f.count(t, "SELECT COUNT(*) FROM outbox_events WHERE task_id = ? AND sender = 'm0007'", taskID); n != 1 {
@@ -129,8 +131,8 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 	})
 
 	t.Run("a non-member cannot tell the group exists", func(t *testing.T) {
-		a := f.groupSend(t, "outsider", "big", GroupSendRequest{Parts: text("hi")})
-		b := f.groupSend(t, "outsider", "no-such-group", GroupSendRequest{Parts: text("hi")})
+		a := f.groupSend(t, "outsider", "big", tasks.GroupSendRequest{Parts: text("hi")})
+		b := f.groupSend(t, "outsider", "no-such-group", tasks.GroupSendRequest{Parts: text("hi")})
 		if a.Status != 404 || a.code() != "group_not_found" || string(a.Body) != string(b.Body) {
 			t.Fatalf("existing: %d %s; missing: %d %s", a.Status, a.Body, b.Status, b.Body)
 		}
@@ -143,15 +145,15 @@ func TestGroupFanoutLimits(t *testing.T) {
 	f.group(t, "alone", "ctx-alone", "solo")
 	f.group(t, "abc", "ctx-abc", "a", "b", "c")
 	t.Run("a group with no one else is a 422", func(t *testing.T) {
-		if r := f.groupSend(t, "solo", "alone", GroupSendRequest{Parts: text("echo?")}); r.Status != 422 || r.code() != "no_recipients" {
+		if r := f.groupSend(t, "solo", "alone", tasks.GroupSendRequest{Parts: text("echo?")}); r.Status != 422 || r.code() != "no_recipients" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
 	})
 	t.Run("a fan-out over the total byte cap is a 413 that writes nothing", func(t *testing.T) {
 		f.svc.MaxFanoutBytes = 1000
-		defer func() { f.svc.MaxFanoutBytes = DefaultMaxFanoutBytes }()
+		defer func() { f.svc.MaxFanoutBytes = tasks.DefaultMaxFanoutBytes }()
 		before := f.state(t)
-		r := f.groupSend(t, "a", "abc", GroupSendRequest{Parts: text(strings.Repeat("y", 600))})
+		r := f.groupSend(t, "a", "abc", tasks.GroupSendRequest{Parts: text(strings.Repeat("y", 600))})
 		if r.Status != 413 || r.code() != "fanout_too_large" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
@@ -181,7 +183,7 @@ func TestOverlappingGroupFanoutsDoNotDeadlock(t *testing.T) {
 		for i := range rounds {
 			for _, side := range []struct{ sender, group string }{{members[i], "g-up"}, {members[len(members)-1-i], "g-down"}} {
 				wg.Go(func() {
-					r := f.groupSend(t, side.sender, side.group, GroupSendRequest{Parts: text(fmt.Sprintf("round %d", i))})
+					r := f.groupSend(t, side.sender, side.group, tasks.GroupSendRequest{Parts: text(fmt.Sprintf("round %d", i))})
 					if r.Status != 202 {
 						t.Errorf("%s in %s: %d %s", side.sender, side.group, r.Status, r.Body)
 					}

@@ -1,15 +1,17 @@
-package tasks
+package tasks_test
 
 import (
 	"sync"
 	"testing"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func TestIdempotentWrites(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "alice", "bob")
 	f.friends(t, "alice", "bob")
-	body := SendRequest{To: "bob", Parts: text("exactly once"), MessageID: "retry-me"}
+	body := tasks.SendRequest{To: "bob", Parts: text("exactly once"), MessageID: "retry-me"}
 
 	t.Run("50 parallel retries of one send make one message and one event, and all get the same answer", func(t *testing.T) {
 		const n = 50
@@ -56,16 +58,16 @@ func TestIdempotentWrites(t *testing.T) {
 	})
 
 	t.Run("the same message_id on another route is a 409", func(t *testing.T) {
-		var orig SendResult
+		var orig tasks.SendResult
 		_ = f.db.QueryRow("SELECT task_id FROM task_messages WHERE message_id = 'retry-me'").Scan(&orig.TaskID)
-		r := f.reply(t, "alice", orig.TaskID, ReplyRequest{Parts: text("exactly once"), MessageID: "retry-me"})
+		r := f.reply(t, "alice", orig.TaskID, tasks.ReplyRequest{Parts: text("exactly once"), MessageID: "retry-me"})
 		if r.Status != 409 || r.code() != "message_id_conflict" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
 	})
 
 	t.Run("another sender's equal message_id is a different message", func(t *testing.T) {
-		res := f.send(t, "bob", SendRequest{To: "alice", Parts: text("exactly once"), MessageID: "retry-me"})
+		res := f.send(t, "bob", tasks.SendRequest{To: "alice", Parts: text("exactly once"), MessageID: "retry-me"})
 		if n := f.count(t, "SELECT COUNT(*) FROM task_messages WHERE message_id = 'retry-me'"); n != 2 {
 			t.Fatalf("%d messages with the id, want 2 (one per sender)", n)
 		}
@@ -75,18 +77,18 @@ func TestIdempotentWrites(t *testing.T) {
 	})
 
 	t.Run("a retry after the task moved on still returns the original answer", func(t *testing.T) {
-		first := f.send(t, "alice", SendRequest{To: "bob", Parts: text("late retry"), MessageID: "late-retry"})
+		first := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("late retry"), MessageID: "late-retry"})
 		if r := f.status(t, "bob", first.TaskID, map[string]string{"status": "rejected"}); r.Status != 200 {
 			t.Fatalf("reject: %d %s", r.Status, r.Body)
 		}
-		again := f.send(t, "alice", SendRequest{To: "bob", Parts: text("late retry"), MessageID: "late-retry"})
+		again := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("late retry"), MessageID: "late-retry"})
 		if again != first {
 			t.Fatalf("retry answered %+v, first answer %+v", again, first)
 		}
 	})
 
 	t.Run("a retried status move answers the same and emits one event", func(t *testing.T) {
-		task := f.send(t, "alice", SendRequest{To: "bob", Parts: text("work")})
+		task := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("work")})
 		move := map[string]string{"status": "working", "message_id": "start-1"}
 		a := f.status(t, "bob", task.TaskID, move)
 		b := f.status(t, "bob", task.TaskID, move)

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func TestInboxAPI(t *testing.T) {
@@ -14,9 +16,9 @@ func TestInboxAPI(t *testing.T) {
 	f.friends(t, "alice", "bob")
 	f.friends(t, "alice", "carol")
 	for i := range 5 {
-		f.send(t, "alice", SendRequest{To: "bob", Parts: text(fmt.Sprintf("m%d", i)), MessageID: fmt.Sprintf("m%d", i)})
+		f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text(fmt.Sprintf("m%d", i)), MessageID: fmt.Sprintf("m%d", i)})
 	}
-	f.send(t, "alice", SendRequest{To: "carol", Parts: text("for carol only")})
+	f.send(t, "alice", tasks.SendRequest{To: "carol", Parts: text("for carol only")})
 
 	t.Run("pages follow seq order from the cursor", func(t *testing.T) {
 		var got []string
@@ -222,7 +224,7 @@ func TestInboxLongPoll(t *testing.T) {
 	t.Run("a waiting request returns at its next poll after an event arrives", func(t *testing.T) {
 		ch := answer(map[string]string{"after": "0", "wait": "10"})
 		first := poll.next(t) // the inbox was empty: the request waits
-		f.send(t, "alice", SendRequest{To: "bob", Parts: text("wake up"), MessageID: "wake"})
+		f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("wake up"), MessageID: "wake"})
 		poll.end(first)
 		p := got(t, ch)
 		if len(p.Events) != 1 || p.Events[0].MessageID != "wake" {

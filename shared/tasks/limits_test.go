@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 // parkedSleeps makes every waiting long poll of the given services block
@@ -22,7 +25,7 @@ type parkedSleeps struct {
 	once    sync.Once
 }
 
-func parkSleeps(svcs ...*Service) *parkedSleeps {
+func parkSleeps(svcs ...*tasks.Service) *parkedSleeps {
 	p := &parkedSleeps{release: make(chan struct{})}
 	for _, s := range svcs {
 		s.Inbox.Sleep = func(ctx context.Context, d time.Duration) error {
@@ -67,8 +70,8 @@ func TestConcurrentLongPollsOfOneAgentAreCapped(t *testing.T) {
 			f.agents(t, "ann")
 			// Two function instances on one database: the cap is the
 			// agent's, not an instance's.
-			other := &Service{DB: f.db, Clock: f.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			otherEps := Endpoints(other)
+			other := &tasks.Service{DB: f.db, Clock: f.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			otherEps := taskshttp.Endpoints(other)
 			f.svc.Inbox.MaxPolls, other.Inbox.MaxPolls = c.max, c.max
 			p := parkSleeps(f.svc, other)
 			defer p.free()
@@ -176,7 +179,7 @@ func TestAGroupSendCostsOneRateUnitPerRecipient(t *testing.T) {
 
 	t.Run("a send to 100 recipients spends 100 units of a full budget", func(t *testing.T) {
 		f.refill(t, "ann")
-		r := f.groupSend(t, "ann", "hundred", GroupSendRequest{Parts: text("to all 100")})
+		r := f.groupSend(t, "ann", "hundred", tasks.GroupSendRequest{Parts: text("to all 100")})
 		if r.Status != 202 {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
@@ -195,7 +198,7 @@ func TestAGroupSendCostsOneRateUnitPerRecipient(t *testing.T) {
 			t.Fatalf("send: %d %s", r.Status, r.Body)
 		}
 		before, tatBefore := f.state(t), tat()
-		r := f.groupSend(t, "ann", "hundred", GroupSendRequest{Parts: text("one too many")})
+		r := f.groupSend(t, "ann", "hundred", tasks.GroupSendRequest{Parts: text("one too many")})
 		if r.Status != 429 || r.code() != "rate_limited" || r.Headers["Retry-After"] != "1" {
 			t.Fatalf("got %d %v %s, want 429 with Retry-After 1", r.Status, r.Headers, r.Body)
 		}
@@ -203,7 +206,7 @@ func TestAGroupSendCostsOneRateUnitPerRecipient(t *testing.T) {
 			t.Fatalf("a refused fan-out changed the database (or spent budget): %+v -> %+v", before, after)
 		}
 		f.advance(time.Second / identity.RatePerSecond) // one unit back: a full bucket
-		if r := f.groupSend(t, "ann", "hundred", GroupSendRequest{Parts: text("now it fits")}); r.Status != 202 {
+		if r := f.groupSend(t, "ann", "hundred", tasks.GroupSendRequest{Parts: text("now it fits")}); r.Status != 202 {
 			t.Fatalf("after the refill: %d %s", r.Status, r.Body)
 		}
 	})
@@ -213,7 +216,7 @@ func TestAGroupSendCostsOneRateUnitPerRecipient(t *testing.T) {
 		f.agents(t, big[1:]...)
 		f.group(t, "big", "ctx-big", big...)
 		f.refill(t, "ann")
-		if r := f.groupSend(t, "ann", "big", GroupSendRequest{Parts: text("to 250")}); r.Status != 202 {
+		if r := f.groupSend(t, "ann", "big", tasks.GroupSendRequest{Parts: text("to 250")}); r.Status != 202 {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
 		r := f.send2(t, "ann", "bob")
@@ -228,7 +231,7 @@ func TestAGroupSendCostsOneRateUnitPerRecipient(t *testing.T) {
 // send2 is one direct send whose answer the caller checks.
 func (f *fixture) send2(t testing.TB, from, to string) response {
 	t.Helper()
-	return f.call(t, req{fn: "SendMessageFunction", caller: from, method: "POST", path: "/v1/messages", body: SendRequest{To: to, Parts: text("x")}})
+	return f.call(t, req{fn: "SendMessageFunction", caller: from, method: "POST", path: "/v1/messages", body: tasks.SendRequest{To: to, Parts: text("x")}})
 }
 
 func TestAGroupSendSkipsMembersOnEitherSideOfABlock(t *testing.T) {
@@ -245,11 +248,11 @@ func TestAGroupSendSkipsMembersOnEitherSideOfABlock(t *testing.T) {
 	block("blocker", "ann")
 
 	t.Run("only the member on no side of a block gets the message and is listed", func(t *testing.T) {
-		r := f.groupSend(t, "ann", "g", GroupSendRequest{Parts: text("hello group")})
+		r := f.groupSend(t, "ann", "g", tasks.GroupSendRequest{Parts: text("hello group")})
 		if r.Status != 202 {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
-		var res GroupSendResult
+		var res tasks.GroupSendResult
 		r.decode(t, &res)
 		if len(res.Tasks) != 1 || res.Tasks[0].To != "cid" {
 			t.Fatalf("tasks %+v, want one for cid", res.Tasks)
@@ -265,8 +268,8 @@ func TestAGroupSendSkipsMembersOnEitherSideOfABlock(t *testing.T) {
 	})
 	t.Run("a member's own sends reach the one who blocked the sender's target", func(t *testing.T) {
 		// blocked and blocker are not blocked between themselves.
-		r := f.groupSend(t, "blocked", "g", GroupSendRequest{Parts: text("hi")})
-		var res GroupSendResult
+		r := f.groupSend(t, "blocked", "g", tasks.GroupSendRequest{Parts: text("hi")})
+		var res tasks.GroupSendResult
 		r.decode(t, &res)
 		if r.Status != 202 || len(res.Tasks) != 2 || res.Tasks[0].To != "blocker" || res.Tasks[1].To != "cid" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
@@ -274,7 +277,7 @@ func TestAGroupSendSkipsMembersOnEitherSideOfABlock(t *testing.T) {
 	})
 	t.Run("a group where everyone else is on a block answers like an empty group", func(t *testing.T) {
 		before := f.state(t)
-		r := f.groupSend(t, "ann", "pair", GroupSendRequest{Parts: text("anyone?")})
+		r := f.groupSend(t, "ann", "pair", tasks.GroupSendRequest{Parts: text("anyone?")})
 		if r.Status != 422 || r.code() != "no_recipients" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}

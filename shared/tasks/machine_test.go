@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // allowedMoves is the move table as the issue states it, written out here
@@ -40,12 +42,12 @@ var allowedMoves = map[string]bool{
 func TestEveryStatusMove(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "alice", "bob", "carol")
-	actors := map[string]string{RoleInitiator: "alice", RoleRecipient: "bob"}
-	other := map[string]string{RoleInitiator: "bob", RoleRecipient: "alice"}
+	actors := map[string]string{tasks.RoleInitiator: "alice", tasks.RoleRecipient: "bob"}
+	other := map[string]string{tasks.RoleInitiator: "bob", tasks.RoleRecipient: "alice"}
 	n := 0
-	for _, role := range []string{RoleInitiator, RoleRecipient} {
-		for _, from := range States {
-			for _, to := range States {
+	for _, role := range []string{tasks.RoleInitiator, tasks.RoleRecipient} {
+		for _, from := range tasks.States {
+			for _, to := range tasks.States {
 				key := fmt.Sprintf("%s: %s -> %s", role, from, to)
 				allowed := allowedMoves[key]
 				verdict := "is illegal"
@@ -76,7 +78,7 @@ func TestEveryStatusMove(t *testing.T) {
 					if r.Status != 200 {
 						t.Fatalf("got %d %s, want 200", r.Status, r.Body)
 					}
-					var res StatusResult
+					var res tasks.StatusResult
 					r.decode(t, &res)
 					if res.Status != to || res.PreviousStatus != from || res.TaskID != taskID {
 						t.Fatalf("answer %+v", res)
@@ -89,7 +91,7 @@ func TestEveryStatusMove(t *testing.T) {
 					if err := f.db.QueryRow("SELECT recipient, type, sender, body FROM outbox_events WHERE task_id = ?", taskID).Scan(&recipient, &typ, &sender, &body); err != nil {
 						t.Fatalf("status event: %v", err)
 					}
-					var sb StatusBody
+					var sb tasks.StatusBody
 					_ = json.Unmarshal(body, &sb)
 					if recipient != other[role] || typ != mesh.EventStatus || sender != actors[role] ||
 						sb.Status.State != to || sb.Status.Previous != from || sb.Status.By != actors[role] || sb.Task.Status != to {
@@ -105,7 +107,7 @@ func TestEveryStatusMove(t *testing.T) {
 
 	t.Run("someone outside the task gets a 404 whatever the move", func(t *testing.T) {
 		f.taskIn(t, "task-private", "alice", "bob", mesh.TaskSubmitted, t0)
-		for _, to := range States {
+		for _, to := range tasks.States {
 			r := f.status(t, "carol", "task-private", map[string]string{"status": to})
 			if r.Status != 404 || r.code() != "task_not_found" {
 				t.Fatalf("carol -> %s: %d %s", to, r.Status, r.Body)
@@ -131,7 +133,7 @@ func TestEveryStatusMove(t *testing.T) {
 		}
 		var body []byte
 		_ = f.db.QueryRow("SELECT body FROM outbox_events WHERE task_id = 'task-question'").Scan(&body)
-		var sb StatusBody
+		var sb tasks.StatusBody
 		_ = json.Unmarshal(body, &sb)
 		if sb.Status.Message == nil || sb.Status.Message.MessageID != "q-1" || string(sb.Status.Message.Parts) != `[{"kind":"text","text":"formal or informal?"}]` {
 			t.Fatalf("event body %s", body)
@@ -143,11 +145,11 @@ func TestEveryStatusMove(t *testing.T) {
 }
 
 func TestCanMoveMatchesTheTable(t *testing.T) {
-	for _, role := range []string{RoleInitiator, RoleRecipient, "stranger"} {
-		for _, from := range States {
-			for _, to := range States {
+	for _, role := range []string{tasks.RoleInitiator, tasks.RoleRecipient, "stranger"} {
+		for _, from := range tasks.States {
+			for _, to := range tasks.States {
 				key := fmt.Sprintf("%s: %s -> %s", role, from, to)
-				if got := CanMove(role, from, to); got != allowedMoves[key] {
+				if got := tasks.CanMove(role, from, to); got != allowedMoves[key] {
 					t.Errorf("CanMove(%s) = %v", key, got)
 				}
 			}

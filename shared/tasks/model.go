@@ -11,56 +11,32 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
-// Task is a task as the read routes return it.
-type Task struct {
-	TaskID    string    `json:"task_id"`
-	ContextID string    `json:"context_id"`
-	GroupID   string    `json:"group_id,omitempty"`
-	Initiator string    `json:"initiator"`
-	Recipient string    `json:"recipient"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
-
-// TaskDetail is a task with its recent history, as GET /v1/tasks/{id}
-// returns it: a bounded slice, so the answer fits a Lambda response however
-// long the task grows.
-type TaskDetail struct {
-	Task
-	// Messages are the most recent ones (at most DetailMessages, and at most
-	// DetailMessageBytes of JSON), in the order they were written, status
-	// notes included.
-	Messages []Message `json:"messages"`
-	// EarlierMessages counts the messages before Messages; the whole history
-	// pages through GET /v1/tasks/{id}/messages from the start.
-	EarlierMessages int `json:"earlier_messages"`
-	// MessagesNextAfter is the cursor after the last listed message: passed
-	// as after to GET /v1/tasks/{id}/messages it returns what was written
-	// since. Empty when the task has no messages.
-	MessagesNextAfter string `json:"messages_next_after,omitempty"`
-	// Artifacts are the most recent ones (bounded like Messages), in the
-	// order they were added; EarlierArtifacts counts those before them.
-	Artifacts        []Artifact `json:"artifacts"`
-	EarlierArtifacts int        `json:"earlier_artifacts"`
-}
-
-// MessagePage is one page of GET /v1/tasks/{id}/messages.
-type MessagePage struct {
-	Messages []Message `json:"messages"`
-	// NextAfter is the cursor of the last returned message, or the given
-	// one when nothing was returned.
-	NextAfter string `json:"next_after"`
-	// More says more messages follow NextAfter now.
-	More bool `json:"more"`
-}
+// The read routes answer with shared/api's wire types; the event bodies
+// below have their own (EventMessage, EventArtifact).
+type (
+	// Task is a task as the read routes return it.
+	Task = api.Task
+	// TaskDetail is a task with its recent history, as GET /v1/tasks/{id}
+	// returns it: a bounded slice (see DetailMessages and its siblings), so
+	// the answer fits a Lambda response however long the task grows.
+	TaskDetail = api.TaskDetail
+	// MessagePage is one page of GET /v1/tasks/{id}/messages.
+	MessagePage = api.MessagePage
+	// Message is one message of a task, its stored parts decoded.
+	// Undeliverable is set, with parts [], when they cannot be served (see
+	// outbox's undeliverable codes), and the message keeps its place.
+	Message = api.Message
+	// Artifact is one output of a task, added by its recipient.
+	Artifact = api.Artifact
+)
 
 // other returns the party of t that is not agentID.
-func (t *Task) other(agentID string) string {
+func other(t *Task, agentID string) string {
 	if agentID == t.Initiator {
 		return t.Recipient
 	}
@@ -68,7 +44,7 @@ func (t *Task) other(agentID string) string {
 }
 
 // role returns "initiator", "recipient" or "" for agentID.
-func (t *Task) role(agentID string) string {
+func role(t *Task, agentID string) string {
 	switch agentID {
 	case t.Initiator:
 		return RoleInitiator
@@ -84,26 +60,24 @@ const (
 	RoleRecipient = "recipient"
 )
 
-// Message is one message of a task.
-type Message struct {
+// EventMessage is a message as event bodies carry it: the same fields as
+// Message, with the parts as stored (validated, compact JSON), so a fan-out
+// does not encode them again for every recipient.
+type EventMessage struct {
 	MessageID string          `json:"message_id"`
 	From      string          `json:"from"`
 	Parts     json.RawMessage `json:"parts"`
 	CreatedAt time.Time       `json:"created_at"`
-	// Undeliverable is set, with parts [], when the stored parts cannot be
-	// served (see outbox's undeliverable codes); the message keeps its place.
-	Undeliverable string `json:"undeliverable,omitempty"`
 }
 
-// Artifact is one output of a task, added by its recipient.
-type Artifact struct {
+// EventArtifact is an artifact as the "artifact" event carries it, with its
+// parts as stored.
+type EventArtifact struct {
 	ArtifactID string          `json:"artifact_id"`
 	Name       string          `json:"name"`
 	Parts      json.RawMessage `json:"parts"`
 	CreatedBy  string          `json:"created_by"`
 	CreatedAt  time.Time       `json:"created_at"`
-	// Undeliverable is set as for Message.
-	Undeliverable string `json:"undeliverable,omitempty"`
 }
 
 // TaskRef is the task summary every event body carries.
@@ -116,7 +90,7 @@ type TaskRef struct {
 	Status    string `json:"status"`
 }
 
-func (t *Task) ref() TaskRef {
+func ref(t *Task) TaskRef {
 	return TaskRef{TaskID: t.TaskID, ContextID: t.ContextID, GroupID: t.GroupID, Initiator: t.Initiator, Recipient: t.Recipient, Status: t.Status}
 }
 
@@ -130,8 +104,8 @@ func (t *Task) ref() TaskRef {
 type (
 	// MessageBody is the body of a "message" event.
 	MessageBody struct {
-		Message Message `json:"message"`
-		Task    TaskRef `json:"task"`
+		Message EventMessage `json:"message"`
+		Task    TaskRef      `json:"task"`
 	}
 	// StatusBody is the body of a "status" event.
 	StatusBody struct {
@@ -140,8 +114,8 @@ type (
 	}
 	// ArtifactBody is the body of an "artifact" event.
 	ArtifactBody struct {
-		Artifact Artifact `json:"artifact"`
-		Task     TaskRef  `json:"task"`
+		Artifact EventArtifact `json:"artifact"`
+		Task     TaskRef       `json:"task"`
 	}
 )
 
@@ -154,7 +128,7 @@ type StatusChange struct {
 	// Reason is set for moves the mesh makes: "idle_timeout".
 	Reason string `json:"reason,omitempty"`
 	// Message is the note the mover attached, if any.
-	Message *Message `json:"message,omitempty"`
+	Message *EventMessage `json:"message,omitempty"`
 }
 
 // ReasonIdleTimeout marks the scanner's timeout notices.

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/testenv"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 // The database going away is not a bug: every route answers 503
@@ -33,11 +36,11 @@ func TestAnUnreachableDatabaseAnswers503WithRetryAfterAndWritesResumeWhenItIsBac
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	svc := &Service{DB: db, Clock: f.clock, Log: quiet}
-	eps := Endpoints(svc)
+	svc := &tasks.Service{DB: db, Clock: f.clock, Log: quiet}
+	eps := taskshttp.Endpoints(svc)
 	send := func(t *testing.T, id string) response {
 		return callEndpoint(t, eps, req{fn: "SendMessageFunction", caller: "ann", method: "POST", path: "/v1/messages",
-			body: SendRequest{To: "bob", Parts: text("hello " + id), MessageID: id}})
+			body: tasks.SendRequest{To: "bob", Parts: text("hello " + id), MessageID: id}})
 	}
 	if r := send(t, "before"); r.Status != 202 {
 		t.Fatalf("before the outage: %d %s", r.Status, r.Body)

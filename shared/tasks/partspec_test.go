@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // TestOpenAPIPartsAreAsStrictAsTheServer holds openapi.yaml's Part schema to
@@ -67,7 +69,7 @@ func TestOpenAPIPartsAreAsStrictAsTheServer(t *testing.T) {
 			if err := json.Unmarshal([]byte(c.part), &p); err != nil {
 				t.Fatal(err)
 			}
-			serverErr := validatePart(&p)
+			serverErr := tasks.ValidatePart(&p)
 			if (specErr == nil) != c.valid {
 				t.Errorf("openapi.yaml: valid = %v, want %v (%v)", specErr == nil, c.valid, specErr)
 			}

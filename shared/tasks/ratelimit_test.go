@@ -1,10 +1,12 @@
-package tasks
+package tasks_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // Reads spend the caller's rate budget like writes: without it, one agent
@@ -13,7 +15,7 @@ func TestReadRoutesSpendTheCallersRateBudget(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "ann", "bob")
 	f.friends(t, "ann", "bob")
-	task := f.send(t, "ann", SendRequest{To: "bob", Parts: text("hi")}).TaskID
+	task := f.send(t, "ann", tasks.SendRequest{To: "bob", Parts: text("hi")}).TaskID
 	for _, r := range []req{
 		{fn: "GetTaskFunction", method: "GET", path: "/v1/tasks/" + task, params: map[string]string{"id": task}},
 		{fn: "ListTasksFunction", method: "GET", path: "/v1/tasks"},

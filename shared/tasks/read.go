@@ -7,12 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
@@ -64,19 +63,11 @@ func (s *Service) takeReadRate(ctx context.Context, caller string) error {
 	return identity.TakeRate(ctx, s.DB, caller, s.Clock())
 }
 
-func (s *Service) handleGetTask(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	t, err := s.GetTask(ctx, r.Caller.AgentID, r.Path("id"))
-	if err != nil {
-		return httpapi.Response{}, err
-	}
-	return httpapi.JSON(http.StatusOK, t), nil
-}
-
 // GetTask returns a task with its most recent messages and artifacts (see
 // TaskDetail for the bounds), in the order they were written. Only its two
 // parties see it; to anyone else it is a 404.
 func (s *Service) GetTask(ctx context.Context, caller, taskID string) (*TaskDetail, error) {
-	s.withDefaults()
+	s.WithDefaults()
 	if !idPattern.MatchString(taskID) {
 		return nil, errTaskNotFound
 	}
@@ -212,8 +203,7 @@ func (s *Service) scanMessage(rows *sql.Rows) (int64, Message, error) {
 	if err := rows.Scan(&id, &m.MessageID, &m.From, &parts, &m.CreatedAt); err != nil {
 		return 0, m, err
 	}
-	m.Parts = []byte(parts)
-	m.Undeliverable = s.servable("message", m.MessageID, &m.Parts)
+	m.Parts, m.Undeliverable = s.servable("message", m.MessageID, parts)
 	return id, m, nil
 }
 
@@ -226,8 +216,7 @@ func (s *Service) scanArtifact(rows *sql.Rows) (int64, Artifact, error) {
 	if err := rows.Scan(&id, &a.ArtifactID, &a.Name, &parts, &a.CreatedBy, &a.CreatedAt); err != nil {
 		return 0, a, err
 	}
-	a.Parts = []byte(parts)
-	a.Undeliverable = s.servable("artifact", a.ArtifactID, &a.Parts)
+	a.Parts, a.Undeliverable = s.servable("artifact", a.ArtifactID, parts)
 	return id, a, nil
 }
 
@@ -235,17 +224,21 @@ func (s *Service) scanArtifact(rows *sql.Rows) (int64, Artifact, error) {
 // read served with a placeholder instead of their parts.
 const MetricUndeliverableContent = "TaskContentUndeliverable"
 
-// servable returns "" when parts can be served as stored; otherwise it
-// replaces them by [] (the item keeps its place and ids), logs, counts and
-// returns the reason, so one bad row never fails a whole read.
-func (s *Service) servable(kind, id string, parts *json.RawMessage) string {
-	code := jsonlimit.Unservable(*parts)
-	if code == "" {
-		return ""
+// servable decodes stored parts. Parts were validated when written, so
+// they re-encode as stored; when they cannot be served (or decoded), it
+// returns [] and the reason instead (the item keeps its place and ids), and
+// logs and counts it, so one bad row never fails a whole read.
+func (s *Service) servable(kind, id, stored string) ([]mesh.Part, string) {
+	code := jsonlimit.Unservable([]byte(stored))
+	var parts []mesh.Part
+	if code == "" && json.Unmarshal([]byte(stored), &parts) != nil {
+		code = outbox.UndeliverableUnencodable
 	}
-	s.undeliverable(kind, id, code, len(*parts))
-	*parts = json.RawMessage("[]")
-	return code
+	if code != "" {
+		s.undeliverable(kind, id, code, len(stored))
+		return []mesh.Part{}, code
+	}
+	return parts, ""
 }
 
 func (s *Service) undeliverable(kind, id, code string, size int) {
@@ -255,29 +248,13 @@ func (s *Service) undeliverable(kind, id, code string, size int) {
 
 // ---- GET /v1/tasks/{id}/messages ----
 
-func (s *Service) handleListMessages(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	limit := DefaultMessagesLimit
-	if v := r.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxMessagesLimit {
-			return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be an integer from 1 to %d", MaxMessagesLimit)
-		}
-		limit = n
-	}
-	p, err := s.ListMessages(ctx, r.Caller.AgentID, r.Path("id"), r.Query("after"), limit)
-	if err != nil {
-		return httpapi.Response{}, err
-	}
-	return httpapi.JSON(http.StatusOK, p), nil
-}
-
 // ListMessages pages through a task's messages in the order they were
 // written, after the cursor (""  = from the first). A page holds at most
 // limit messages and MaxMessagePageBytes of JSON, and always at least one
 // message when one follows; a message too large for any page on its own is
 // served as a placeholder (Undeliverable "too_large").
 func (s *Service) ListMessages(ctx context.Context, caller, taskID, after string, limit int) (MessagePage, error) {
-	s.withDefaults()
+	s.WithDefaults()
 	if !idPattern.MatchString(taskID) {
 		return MessagePage{}, errTaskNotFound
 	}
@@ -318,8 +295,8 @@ func (s *Service) ListMessages(ctx context.Context, caller, taskID, after string
 				return p, nil
 			}
 			if c.size > MaxMessagePageBytes {
-				s.undeliverable("message", c.item.MessageID, outbox.UndeliverableTooLarge, len(c.item.Parts))
-				c.item.Parts, c.item.Undeliverable = json.RawMessage("[]"), outbox.UndeliverableTooLarge
+				s.undeliverable("message", c.item.MessageID, outbox.UndeliverableTooLarge, c.size)
+				c.item.Parts, c.item.Undeliverable = []mesh.Part{}, outbox.UndeliverableTooLarge
 				c.size = 0 // the page ends after it anyway; the placeholder is small
 			}
 			size += c.size
@@ -375,39 +352,20 @@ type ListQuery struct {
 	Status    string // one task state, or "" for all
 	Role      string // RoleInitiator, RoleRecipient or "" for both
 	ContextID string
-	Limit     int
+	Limit     int    // 1 to MaxListLimit; 0 for DefaultListLimit
 	Cursor    string // next_cursor of the previous page
 }
 
-// ListResult is one page of tasks, newest activity first.
-type ListResult struct {
-	Tasks []Task `json:"tasks"`
-	// NextCursor fetches the next page; absent on the last page.
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
-func (s *Service) handleListTasks(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	q := ListQuery{Status: r.Query("status"), Role: r.Query("role"), ContextID: r.Query("context_id"), Cursor: r.Query("cursor")}
-	if v := r.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be an integer from 1 to %d", MaxListLimit)
-		}
-		q.Limit = n
-	}
-	res, err := s.ListTasks(ctx, r.Caller.AgentID, q)
-	if err != nil {
-		return httpapi.Response{}, err
-	}
-	return httpapi.JSON(http.StatusOK, res), nil
-}
+// ListResult is one page of tasks, newest activity first; NextCursor
+// fetches the next page and is absent on the last one.
+type ListResult = api.TaskPage
 
 // ListTasks pages through the caller's tasks by last activity, newest first,
 // with a keyset cursor on (updated_at, task_id): pages never overlap and the
 // order is total. A task that sees activity while a client pages moves to
 // the front, so it shows up again on a fresh first page, not on later ones.
 func (s *Service) ListTasks(ctx context.Context, caller string, q ListQuery) (ListResult, error) {
-	s.withDefaults()
+	s.WithDefaults()
 	if q.Status != "" && !validState(q.Status) {
 		return ListResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "status must be one of %s", strings.Join(States, ", "))
 	}
@@ -495,56 +453,15 @@ func decodeCursor(c string) (time.Time, string, error) {
 
 // InboxQuery is GET /v1/inbox's query.
 type InboxQuery struct {
-	After int64
-	Limit int
-	Wait  time.Duration
-}
-
-// ParseInboxQuery reads after (a seq, default 0), limit (1-500, default 100)
-// and wait (whole seconds 0-20, default 0).
-func ParseInboxQuery(get func(string) string) (InboxQuery, error) {
-	q := InboxQuery{Limit: outbox.DefaultInboxLimit}
-	if v := get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "after must be a seq: an integer >= 0")
-		}
-		q.After = n
-	}
-	if v := get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > outbox.MaxInboxLimit {
-			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be an integer from 1 to %d", outbox.MaxInboxLimit)
-		}
-		q.Limit = n
-	}
-	if v := get("wait"); v != "" {
-		n, err := strconv.Atoi(v)
-		// Compared in seconds: n*time.Second could overflow into a negative.
-		if err != nil || n < 0 || n > int(outbox.MaxInboxWait/time.Second) {
-			return q, mesh.Errorf(mesh.KindInvalid, "invalid_query", "wait must be whole seconds from 0 to %d", int(outbox.MaxInboxWait/time.Second))
-		}
-		q.Wait = time.Duration(n) * time.Second
-	}
-	return q, nil
-}
-
-func (s *Service) handleInbox(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	q, err := ParseInboxQuery(r.Query)
-	if err != nil {
-		return httpapi.Response{}, err
-	}
-	page, err := s.ReadInbox(ctx, r.Caller.AgentID, q)
-	if err != nil {
-		return httpapi.Response{}, err
-	}
-	return httpapi.JSON(http.StatusOK, page), nil
+	After int64         // the last seq the caller has; 0 from the start
+	Limit int           // events per page, 1 to outbox.MaxInboxLimit
+	Wait  time.Duration // how long to long-poll for a first event; 0 answers at once
 }
 
 // ReadInbox returns the caller's own events after q.After; there is no way
 // to name another agent's inbox. A long poll costs one rate token.
 func (s *Service) ReadInbox(ctx context.Context, caller string, q InboxQuery) (outbox.Page, error) {
-	s.withDefaults()
+	s.WithDefaults()
 	if err := s.takeReadRate(ctx, caller); err != nil {
 		return outbox.Page{}, err
 	}

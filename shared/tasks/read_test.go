@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"encoding/json"
@@ -7,19 +7,21 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func TestRepliesArtifactsAndGetTask(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "alice", "bob", "eve")
 	f.friends(t, "alice", "bob")
-	task := f.send(t, "alice", SendRequest{To: "bob", Parts: text("summarise the report"), MessageID: "ask"})
+	task := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("summarise the report"), MessageID: "ask"})
 
 	t.Run("a reply from either party goes to the other one", func(t *testing.T) {
-		if r := f.reply(t, "bob", task.TaskID, ReplyRequest{Parts: text("on it"), MessageID: "ack"}); r.Status != 202 {
+		if r := f.reply(t, "bob", task.TaskID, tasks.ReplyRequest{Parts: text("on it"), MessageID: "ack"}); r.Status != 202 {
 			t.Fatalf("bob's reply: %d %s", r.Status, r.Body)
 		}
-		if r := f.reply(t, "alice", task.TaskID, ReplyRequest{Parts: text("thanks")}); r.Status != 202 {
+		if r := f.reply(t, "alice", task.TaskID, tasks.ReplyRequest{Parts: text("thanks")}); r.Status != 202 {
 			t.Fatalf("alice's reply: %d %s", r.Status, r.Body)
 		}
 		a, b := f.events(t, "alice"), f.events(t, "bob")
@@ -33,22 +35,22 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 
 	t.Run("only the recipient adds artifacts, and the initiator is told", func(t *testing.T) {
 		before := f.state(t)
-		r := f.artifact(t, "alice", task.TaskID, ArtifactRequest{Name: "summary.md", Parts: text("# Summary")})
+		r := f.artifact(t, "alice", task.TaskID, tasks.ArtifactRequest{Name: "summary.md", Parts: text("# Summary")})
 		if r.Status != 403 || r.code() != "not_task_recipient" {
 			t.Fatalf("initiator's artifact: %d %s", r.Status, r.Body)
 		}
 		if after := f.state(t); after != before {
 			t.Fatalf("a refused artifact wrote: %+v -> %+v", before, after)
 		}
-		r = f.artifact(t, "bob", task.TaskID, ArtifactRequest{Name: "summary.md", Parts: text("# Summary"), MessageID: "art-1"})
+		r = f.artifact(t, "bob", task.TaskID, tasks.ArtifactRequest{Name: "summary.md", Parts: text("# Summary"), MessageID: "art-1"})
 		if r.Status != 201 {
 			t.Fatalf("recipient's artifact: %d %s", r.Status, r.Body)
 		}
-		var res ArtifactResult
+		var res tasks.ArtifactResult
 		r.decode(t, &res)
 		evs := f.events(t, "alice")
 		last := evs[len(evs)-1]
-		var body ArtifactBody
+		var body tasks.ArtifactBody
 		_ = json.Unmarshal(last.Body, &body)
 		if last.Type != mesh.EventArtifact || last.MessageID != "art-1" || body.Artifact.ArtifactID != res.ArtifactID || body.Artifact.Name != "summary.md" {
 			t.Fatalf("alice's artifact event: %+v %s", last, last.Body)
@@ -61,11 +63,11 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 			if r.Status != 200 {
 				t.Fatalf("%s: %d %s", who, r.Status, r.Body)
 			}
-			var got TaskDetail
+			var got tasks.TaskDetail
 			r.decode(t, &got)
 			var ids []string
 			for _, m := range got.Messages {
-				ids = append(ids, m.From+":"+string(m.Parts))
+				ids = append(ids, m.From+":"+partsJSON(t, m.Parts))
 			}
 			want := []string{`alice:[{"kind":"text","text":"summarise the report"}]`, `bob:[{"kind":"text","text":"on it"}]`, `alice:[{"kind":"text","text":"thanks"}]`}
 			if fmt.Sprint(ids) != fmt.Sprint(want) || len(got.Artifacts) != 1 || got.Artifacts[0].CreatedBy != "bob" ||
@@ -85,10 +87,10 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 			name string
 			call func(taskID string) response
 		}{
-			{"a reply", func(id string) response { return f.reply(t, "eve", id, ReplyRequest{Parts: text("hi")}) }},
+			{"a reply", func(id string) response { return f.reply(t, "eve", id, tasks.ReplyRequest{Parts: text("hi")}) }},
 			{"a status move", func(id string) response { return f.status(t, "eve", id, map[string]string{"status": "canceled"}) }},
 			{"an artifact", func(id string) response {
-				return f.artifact(t, "eve", id, ArtifactRequest{Name: "x", Parts: text("x")})
+				return f.artifact(t, "eve", id, tasks.ArtifactRequest{Name: "x", Parts: text("x")})
 			}},
 		}
 		for _, w := range writes {
@@ -108,14 +110,14 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 		}
 		last = read()
 		steps := []func() response{
-			func() response { return f.reply(t, "bob", task.TaskID, ReplyRequest{Parts: text("more")}) },
+			func() response { return f.reply(t, "bob", task.TaskID, tasks.ReplyRequest{Parts: text("more")}) },
 			func() response {
-				return f.artifact(t, "bob", task.TaskID, ArtifactRequest{Name: "b.txt", Parts: text("b")})
+				return f.artifact(t, "bob", task.TaskID, tasks.ArtifactRequest{Name: "b.txt", Parts: text("b")})
 			},
 			func() response { return f.status(t, "bob", task.TaskID, map[string]string{"status": "working"}) },
 			func() response {
 				return f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages",
-					body: SendRequest{To: "bob", TaskID: task.TaskID, Parts: text("and?")}})
+					body: tasks.SendRequest{To: "bob", TaskID: task.TaskID, Parts: text("and?")}})
 			},
 		}
 		for i, step := range steps {
@@ -135,10 +137,10 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 			t.Fatalf("complete: %d %s", r.Status, r.Body)
 		}
 		before := f.state(t)
-		if r := f.reply(t, "alice", task.TaskID, ReplyRequest{Parts: text("one more thing")}); r.Status != 409 || r.code() != "task_terminal" {
+		if r := f.reply(t, "alice", task.TaskID, tasks.ReplyRequest{Parts: text("one more thing")}); r.Status != 409 || r.code() != "task_terminal" {
 			t.Fatalf("reply: %d %s", r.Status, r.Body)
 		}
-		if r := f.artifact(t, "bob", task.TaskID, ArtifactRequest{Name: "late.txt", Parts: text("late")}); r.Status != 409 || r.code() != "task_terminal" {
+		if r := f.artifact(t, "bob", task.TaskID, tasks.ArtifactRequest{Name: "late.txt", Parts: text("late")}); r.Status != 409 || r.code() != "task_terminal" {
 			t.Fatalf("artifact: %d %s", r.Status, r.Body)
 		}
 		if after := f.state(t); after != before {
@@ -166,9 +168,9 @@ func TestListTasks(t *testing.T) {
 		}
 		f.taskIn(t, r.id, r.ini, r.rcp, r.status, at)
 	}
-	list := func(q map[string]string) (ListResult, response) {
+	list := func(q map[string]string) (tasks.ListResult, response) {
 		r := f.call(t, req{fn: "ListTasksFunction", caller: "alice", method: "GET", path: "/v1/tasks", query: q})
-		var res ListResult
+		var res tasks.ListResult
 		if r.Status == 200 {
 			r.decode(t, &res)
 		}

@@ -21,6 +21,7 @@ const (
 // refilled authentication throttles, then expired idempotency keys, each in
 // small batches.
 func (s *Service) RunJanitor(ctx context.Context) error {
+	s.WithDefaults()
 	if err := s.Janitor.Run(ctx); err != nil {
 		return err
 	}
@@ -41,6 +42,7 @@ func (s *Service) RunJanitor(ctx context.Context) error {
 // ExpireIdempotencyKeys deletes one batch of keys older than the retention
 // and returns how many it deleted.
 func (s *Service) ExpireIdempotencyKeys(ctx context.Context) (int, error) {
+	s.WithDefaults()
 	cutoff := s.Clock().Add(-s.Janitor.Retention)
 	batch := s.Janitor.BatchSize()
 	rows, err := s.DB.QueryContext(ctx, oldIdemKeysSQL, cutoff, batch)

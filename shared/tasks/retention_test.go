@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func TestIdempotencyKeysExpireWithTheRetention(t *testing.T) {
@@ -15,12 +18,12 @@ func TestIdempotencyKeysExpireWithTheRetention(t *testing.T) {
 	f.friends(t, "alice", "bob")
 	f.svc.Janitor.Batch = 2 // several batches, so the loop is exercised
 	for i := range 5 {
-		f.send(t, "alice", SendRequest{To: "bob", Parts: text("old"), MessageID: fmt.Sprintf("old-%d", i)})
+		f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("old"), MessageID: fmt.Sprintf("old-%d", i)})
 	}
-	f.advance(DefaultOutboxRetention + time.Hour)
-	f.send(t, "alice", SendRequest{To: "bob", Parts: text("new"), MessageID: "fresh"})
+	f.advance(tasks.DefaultOutboxRetention + time.Hour)
+	f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("new"), MessageID: "fresh"})
 
-	if err := Jobs(f.svc)["OutboxJanitorFunction"](context.Background()); err != nil {
+	if err := taskshttp.Jobs(f.svc)["OutboxJanitorFunction"](context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -34,13 +37,13 @@ func TestIdempotencyKeysExpireWithTheRetention(t *testing.T) {
 			t.Fatalf("fresh key count %d, want 1", n)
 		}
 		before := f.count(t, "SELECT COUNT(*) FROM task_messages")
-		f.send(t, "alice", SendRequest{To: "bob", Parts: text("new"), MessageID: "fresh"})
+		f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("new"), MessageID: "fresh"})
 		if after := f.count(t, "SELECT COUNT(*) FROM task_messages"); after != before {
 			t.Fatalf("a retry inside the retention wrote a message (%d -> %d)", before, after)
 		}
 	})
 	t.Run("the deletion goes through the created_at index", func(t *testing.T) {
-		plan := mysqltest.Explain(t, f.db, oldIdemKeysSQL, t0, 10)
+		plan := mysqltest.Explain(t, f.db, tasks.OldIdemKeysSQL, t0, 10)
 		if len(plan) != 1 || plan[0].Key != "idempotency_keys_age" || plan[0].Type == "ALL" {
 			t.Fatalf("oldIdemKeysSQL plan %+v, want a range on idempotency_keys_age", plan)
 		}

@@ -36,7 +36,7 @@ var idleStates = []string{mesh.TaskSubmitted, mesh.TaskWorking, mesh.TaskInputRe
 // tasks, one transaction each. Two scanners may run at once: each task is
 // failed, and announced, exactly once.
 func (s *Service) ScanIdleTasks(ctx context.Context) error {
-	s.withDefaults()
+	s.WithDefaults()
 	stop := time.Now().Add(4 * time.Minute) // well inside the 5-minute schedule
 	if dl, ok := ctx.Deadline(); ok && dl.Add(-3*time.Second).Before(stop) {
 		stop = dl.Add(-3 * time.Second)
@@ -99,7 +99,7 @@ func (s *Service) scanOnce(ctx context.Context) (found, failed int, err error) {
 			t.Status, t.UpdatedAt = mesh.TaskFailed, now
 			w := writeCtx{messageID: newID(), now: now} // caller "": the mesh itself
 			for _, to := range []string{t.Initiator, t.Recipient} {
-				ev, err := w.event(mesh.EventStatus, to, t, StatusBody{Status: change, Task: t.ref()})
+				ev, err := w.event(mesh.EventStatus, to, t, StatusBody{Status: change, Task: ref(t)})
 				if err != nil {
 					return err
 				}

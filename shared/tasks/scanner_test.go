@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func TestTaskScanner(t *testing.T) {
@@ -18,7 +20,7 @@ func TestTaskScanner(t *testing.T) {
 	ctx := context.Background()
 
 	newTask := func(status string) string {
-		res := f.send(t, "alice", SendRequest{To: "bob", Parts: text("task in " + status)})
+		res := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("task in " + status)})
 		if status != mesh.TaskSubmitted {
 			path := map[string][]string{
 				mesh.TaskWorking:       {mesh.TaskWorking},
@@ -43,7 +45,7 @@ func TestTaskScanner(t *testing.T) {
 	eventsBefore := map[string]int{"alice": len(f.events(t, "alice")), "bob": len(f.events(t, "bob"))}
 
 	f.advance(23 * time.Hour)
-	if r := f.reply(t, "alice", active, ReplyRequest{Parts: text("still there?")}); r.Status != 202 {
+	if r := f.reply(t, "alice", active, tasks.ReplyRequest{Parts: text("still there?")}); r.Status != 202 {
 		t.Fatalf("reply: %d %s", r.Status, r.Body)
 	}
 	eventsBefore["bob"]++
@@ -83,11 +85,11 @@ func TestTaskScanner(t *testing.T) {
 				t.Fatalf("%s got %d new events, want 3", who, len(evs))
 			}
 			for _, e := range evs {
-				var b StatusBody
+				var b tasks.StatusBody
 				if err := json.Unmarshal(e.Body, &b); err != nil {
 					t.Fatal(err)
 				}
-				if e.Type != mesh.EventStatus || e.From != "" || b.Status.State != mesh.TaskFailed || b.Status.Reason != ReasonIdleTimeout ||
+				if e.Type != mesh.EventStatus || e.From != "" || b.Status.State != mesh.TaskFailed || b.Status.Reason != tasks.ReasonIdleTimeout ||
 					b.Status.By != "" || b.Status.Previous != previous[e.TaskID] || b.Task.Status != mesh.TaskFailed {
 					t.Fatalf("%s's notice: %+v body %s", who, e, e.Body)
 				}
@@ -96,7 +98,7 @@ func TestTaskScanner(t *testing.T) {
 	})
 
 	t.Run("a failed task takes no more messages", func(t *testing.T) {
-		if r := f.reply(t, "bob", working, ReplyRequest{Parts: text("done now")}); r.Status != 409 || r.code() != "task_terminal" {
+		if r := f.reply(t, "bob", working, tasks.ReplyRequest{Parts: text("done now")}); r.Status != 409 || r.code() != "task_terminal" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
 	})

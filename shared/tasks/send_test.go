@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 func TestSendMessage(t *testing.T) {
@@ -15,14 +17,14 @@ func TestSendMessage(t *testing.T) {
 	f.agents(t, "alice", "bob")
 	f.friends(t, "alice", "bob")
 	parts := []mesh.Part{
-		{Kind: PartText, Text: "translate this"},
-		{Kind: PartData, Data: json.RawMessage(`{ "lang" : "de" }`)},
-		{Kind: PartURL, URL: "https://example.com/notes.md", Name: "notes.md", MediaType: "text/markdown"},
-		{Kind: PartFile, Bytes: "aGVsbG8=", Name: "hello.txt", MediaType: "text/plain"},
+		{Kind: tasks.PartText, Text: "translate this"},
+		{Kind: tasks.PartData, Data: json.RawMessage(`{ "lang" : "de" }`)},
+		{Kind: tasks.PartURL, URL: "https://example.com/notes.md", Name: "notes.md", MediaType: "text/markdown"},
+		{Kind: tasks.PartFile, Bytes: "aGVsbG8=", Name: "hello.txt", MediaType: "text/plain"},
 	}
 
 	t.Run("a new message creates a submitted task and one event for the recipient", func(t *testing.T) {
-		res := f.send(t, "alice", SendRequest{To: "bob", Parts: parts, MessageID: "m-1", ContextID: "trip-42"})
+		res := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: parts, MessageID: "m-1", ContextID: "trip-42"})
 		if res.MessageID != "m-1" || res.ContextID != "trip-42" || res.Status != mesh.TaskSubmitted || res.TaskID == "" {
 			t.Fatalf("answer = %+v", res)
 		}
@@ -35,7 +37,7 @@ func TestSendMessage(t *testing.T) {
 			e.ContextID != "trip-42" || e.GroupID != "" || e.MessageID != "m-1" || e.V != mesh.EnvelopeVersion || e.Delivery != "pending" {
 			t.Fatalf("envelope = %+v", e)
 		}
-		var body MessageBody
+		var body tasks.MessageBody
 		if err := json.Unmarshal(e.Body, &body); err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +47,7 @@ func TestSendMessage(t *testing.T) {
 		if !reflect.DeepEqual(gotParts, parts) || body.Message.From != "alice" || body.Message.MessageID != "m-1" {
 			t.Fatalf("body message = %+v", body.Message)
 		}
-		want := TaskRef{TaskID: res.TaskID, ContextID: "trip-42", Initiator: "alice", Recipient: "bob", Status: mesh.TaskSubmitted}
+		want := tasks.TaskRef{TaskID: res.TaskID, ContextID: "trip-42", Initiator: "alice", Recipient: "bob", Status: mesh.TaskSubmitted}
 		if body.Task != want {
 			t.Fatalf("body task = %+v, want %+v", body.Task, want)
 		}
@@ -66,10 +68,10 @@ func TestSendMessage(t *testing.T) {
 	})
 
 	t.Run("a message with task_id appends to that task and refreshes its idle clock", func(t *testing.T) {
-		first := f.send(t, "alice", SendRequest{To: "bob", Parts: text("one")})
+		first := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("one")})
 		var before, after time.Time
 		_ = f.db.QueryRow("SELECT updated_at FROM tasks WHERE task_id = ?", first.TaskID).Scan(&before)
-		again := f.send(t, "bob", SendRequest{To: "alice", TaskID: first.TaskID, Parts: text("two")})
+		again := f.send(t, "bob", tasks.SendRequest{To: "alice", TaskID: first.TaskID, Parts: text("two")})
 		if again.TaskID != first.TaskID || again.ContextID != first.ContextID {
 			t.Fatalf("append answered %+v for task %+v", again, first)
 		}
@@ -85,8 +87,8 @@ func TestSendMessage(t *testing.T) {
 
 	t.Run("without message_id the server mints one and keeps no idempotency key", func(t *testing.T) {
 		keys := f.count(t, "SELECT COUNT(*) FROM idempotency_keys")
-		res := f.send(t, "alice", SendRequest{To: "bob", Parts: text("hi")})
-		if !idPattern.MatchString(res.MessageID) || len(res.MessageID) != 36 {
+		res := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("hi")})
+		if !tasks.IDPattern.MatchString(res.MessageID) || len(res.MessageID) != 36 {
 			t.Fatalf("minted message_id %q", res.MessageID)
 		}
 		if n := f.count(t, "SELECT COUNT(*) FROM idempotency_keys"); n != keys {
@@ -100,15 +102,15 @@ func TestSendRejectsBadInputAndWritesNothing(t *testing.T) {
 	f.agents(t, "alice", "bob", "carol", "dave")
 	f.friends(t, "alice", "bob")
 	f.friends(t, "carol", "dave")
-	own := f.send(t, "alice", SendRequest{To: "bob", Parts: text("first"), ContextID: "ctx-1"})
-	theirs := f.send(t, "carol", SendRequest{To: "dave", Parts: text("private")})
-	done := f.send(t, "alice", SendRequest{To: "bob", Parts: text("finished soon")})
+	own := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("first"), ContextID: "ctx-1"})
+	theirs := f.send(t, "carol", tasks.SendRequest{To: "dave", Parts: text("private")})
+	done := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("finished soon")})
 	if r := f.status(t, "bob", done.TaskID, map[string]string{"status": "completed"}); r.Status != 200 {
 		t.Fatalf("complete: %d %s", r.Status, r.Body)
 	}
 	f.friends(t, "alice", "carol") // alice may reach carol, but carol's task with dave is not hers
 
-	big := strings.Repeat("x", DefaultMaxMessageBytes)
+	big := strings.Repeat("x", tasks.DefaultMaxMessageBytes)
 	cases := []struct {
 		name   string
 		body   any
@@ -117,29 +119,29 @@ func TestSendRejectsBadInputAndWritesNothing(t *testing.T) {
 	}{
 		{"a body that is not JSON is a 400", `{"to":`, 400, "invalid_json"},
 		{"an unknown field is a 400", map[string]any{"to": "bob", "parts": text("x"), "urgent": true}, 400, "invalid_json"},
-		{"a missing recipient is a 400", SendRequest{Parts: text("x")}, 400, "invalid_recipient"},
-		{"a malformed recipient id is a 400", SendRequest{To: "bob smith", Parts: text("x")}, 400, "invalid_recipient"},
-		{"a message to oneself is a 422", SendRequest{To: "alice", Parts: text("x")}, 422, "cannot_message_self"},
-		{"a message without parts is a 400", SendRequest{To: "bob"}, 400, "invalid_parts"},
-		{"an unknown part kind is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: "image"}}}, 400, "invalid_part"},
-		{"an empty text part is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartText}}}, 400, "invalid_part"},
-		{"a text part with a url is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartText, Text: "a", URL: "https://x.y"}}}, 400, "invalid_part"},
-		{"a data part with null is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartData, Data: json.RawMessage("null")}}}, 400, "invalid_part"},
+		{"a missing recipient is a 400", tasks.SendRequest{Parts: text("x")}, 400, "invalid_recipient"},
+		{"a malformed recipient id is a 400", tasks.SendRequest{To: "bob smith", Parts: text("x")}, 400, "invalid_recipient"},
+		{"a message to oneself is a 422", tasks.SendRequest{To: "alice", Parts: text("x")}, 422, "cannot_message_self"},
+		{"a message without parts is a 400", tasks.SendRequest{To: "bob"}, 400, "invalid_parts"},
+		{"an unknown part kind is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: "image"}}}, 400, "invalid_part"},
+		{"an empty text part is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartText}}}, 400, "invalid_part"},
+		{"a text part with a url is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartText, Text: "a", URL: "https://x.y"}}}, 400, "invalid_part"},
+		{"a data part with null is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartData, Data: json.RawMessage("null")}}}, 400, "invalid_part"},
 		{"a data part with invalid UTF-8 is a 400", "{\"to\":\"bob\",\"parts\":[{\"kind\":\"data\",\"data\":{\"x\":\"\xff\xfe\"}}]}", 400, "invalid_part"},
-		{"a relative url is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartURL, URL: "/etc/passwd"}}}, 400, "invalid_part"},
-		{"an ftp url is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartURL, URL: "ftp://example.com/x"}}}, 400, "invalid_part"},
-		{"a file without media_type is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartFile, Bytes: "aGk=", Name: "a.txt"}}}, 400, "invalid_part"},
-		{"a file without name is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartFile, Bytes: "aGk=", MediaType: "text/plain"}}}, 400, "invalid_part"},
-		{"a file that is not base64 is a 400", SendRequest{To: "bob", Parts: []mesh.Part{{Kind: PartFile, Bytes: "not base64!", Name: "a", MediaType: "text/plain"}}}, 400, "invalid_part"},
-		{"a malformed message_id is a 400", SendRequest{To: "bob", Parts: text("x"), MessageID: "has space"}, 400, "invalid_message_id"},
-		{"a message over the size limit is a 413", SendRequest{To: "bob", Parts: text(big)}, 413, "message_too_large"},
-		{"a stranger is not reachable", SendRequest{To: "dave", Parts: text("x")}, 403, "not_reachable"},
-		{"an agent that does not exist looks like a stranger", SendRequest{To: "nobody", Parts: text("x")}, 403, "not_reachable"},
-		{"someone else's task is not found", SendRequest{To: "carol", TaskID: theirs.TaskID, Parts: text("x")}, 404, "task_not_found"},
-		{"a task id that does not exist is not found", SendRequest{To: "bob", TaskID: "no-such-task", Parts: text("x")}, 404, "task_not_found"},
-		{"one's task with another party is a 422", SendRequest{To: "carol", TaskID: own.TaskID, Parts: text("x")}, 422, "recipient_mismatch"},
-		{"a context that is not the task's is a 422", SendRequest{To: "bob", TaskID: own.TaskID, ContextID: "ctx-2", Parts: text("x")}, 422, "context_mismatch"},
-		{"a finished task takes no more messages", SendRequest{To: "bob", TaskID: done.TaskID, Parts: text("x")}, 409, "task_terminal"},
+		{"a relative url is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartURL, URL: "/etc/passwd"}}}, 400, "invalid_part"},
+		{"an ftp url is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartURL, URL: "ftp://example.com/x"}}}, 400, "invalid_part"},
+		{"a file without media_type is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartFile, Bytes: "aGk=", Name: "a.txt"}}}, 400, "invalid_part"},
+		{"a file without name is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartFile, Bytes: "aGk=", MediaType: "text/plain"}}}, 400, "invalid_part"},
+		{"a file that is not base64 is a 400", tasks.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: tasks.PartFile, Bytes: "not base64!", Name: "a", MediaType: "text/plain"}}}, 400, "invalid_part"},
+		{"a malformed message_id is a 400", tasks.SendRequest{To: "bob", Parts: text("x"), MessageID: "has space"}, 400, "invalid_message_id"},
+		{"a message over the size limit is a 413", tasks.SendRequest{To: "bob", Parts: text(big)}, 413, "message_too_large"},
+		{"a stranger is not reachable", tasks.SendRequest{To: "dave", Parts: text("x")}, 403, "not_reachable"},
+		{"an agent that does not exist looks like a stranger", tasks.SendRequest{To: "nobody", Parts: text("x")}, 403, "not_reachable"},
+		{"someone else's task is not found", tasks.SendRequest{To: "carol", TaskID: theirs.TaskID, Parts: text("x")}, 404, "task_not_found"},
+		{"a task id that does not exist is not found", tasks.SendRequest{To: "bob", TaskID: "no-such-task", Parts: text("x")}, 404, "task_not_found"},
+		{"one's task with another party is a 422", tasks.SendRequest{To: "carol", TaskID: own.TaskID, Parts: text("x")}, 422, "recipient_mismatch"},
+		{"a context that is not the task's is a 422", tasks.SendRequest{To: "bob", TaskID: own.TaskID, ContextID: "ctx-2", Parts: text("x")}, 422, "context_mismatch"},
+		{"a finished task takes no more messages", tasks.SendRequest{To: "bob", TaskID: done.TaskID, Parts: text("x")}, 409, "task_terminal"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -158,8 +160,8 @@ func TestSendRejectsBadInputAndWritesNothing(t *testing.T) {
 	}
 
 	t.Run("a stranger and an unknown agent get the very same answer", func(t *testing.T) {
-		a := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: SendRequest{To: "dave", Parts: text("x")}})
-		b := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: SendRequest{To: "zed", Parts: text("x")}})
+		a := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: tasks.SendRequest{To: "dave", Parts: text("x")}})
+		b := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: tasks.SendRequest{To: "zed", Parts: text("x")}})
 		if a.Status != b.Status || string(a.Body) != string(b.Body) {
 			t.Fatalf("stranger: %d %s\nunknown: %d %s", a.Status, a.Body, b.Status, b.Body)
 		}
@@ -172,13 +174,13 @@ func TestRateLimitedWriteRollsBack(t *testing.T) {
 	f.friends(t, "alice", "bob")
 	f.freeze(true) // no time passes: only the burst is available
 	for i := range 100 {
-		r := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: SendRequest{To: "bob", Parts: text("burst")}})
+		r := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: tasks.SendRequest{To: "bob", Parts: text("burst")}})
 		if r.Status != 202 {
 			t.Fatalf("message %d of the burst: %d %s", i+1, r.Status, r.Body)
 		}
 	}
 	before := f.state(t)
-	r := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: SendRequest{To: "bob", Parts: text("one too many"), MessageID: "late"}})
+	r := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages", body: tasks.SendRequest{To: "bob", Parts: text("one too many"), MessageID: "late"}})
 	if r.Status != 429 || r.code() != "rate_limited" || r.Headers["Retry-After"] == "" {
 		t.Fatalf("101st message: %d %v %s", r.Status, r.Headers, r.Body)
 	}
@@ -187,7 +189,7 @@ func TestRateLimitedWriteRollsBack(t *testing.T) {
 	}
 	f.freeze(false)
 	f.advance(3 * time.Second)
-	if res := f.send(t, "alice", SendRequest{To: "bob", Parts: text("one too many"), MessageID: "late"}); res.MessageID != "late" {
+	if res := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("one too many"), MessageID: "late"}); res.MessageID != "late" {
 		t.Fatalf("retry after the wait: %+v", res)
 	}
 }

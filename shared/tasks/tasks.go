@@ -1,6 +1,9 @@
 // Package tasks provides the A2A-style tasks of the mesh: sending messages
 // (to one agent or fanned out to a group), replies, status moves, artifacts,
-// the read routes, the inbox API, and the scheduled task scanner.
+// the read routes, the inbox API, and the scheduled task scanner. Methods
+// take and return typed values (shared/api's wire types) and fail with
+// mesh.Errors; the HTTP routes and the scheduled jobs that call them live in
+// the adapter, taskshttp.
 //
 // Every write runs in ONE transaction (mysql.DB.InTx) that, in this order,
 // spends the caller's rate budget, claims the idempotency key, checks who may
@@ -19,8 +22,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -71,28 +72,26 @@ type Service struct {
 	// set it: "before_commit" runs after every row of the write, including
 	// the outbox rows, is written and before the commit.
 	Failpoint func(ctx context.Context, name string) error
+	// TraceID returns the trace id of the invocation ctx belongs to, which
+	// the write's events carry; the adapter sets it from the tracing
+	// backend. Nil, or "", means no trace.
+	TraceID func(ctx context.Context) string
+}
+
+func (s *Service) traceID(ctx context.Context) string {
+	if s.TraceID == nil {
+		return ""
+	}
+	return s.TraceID(ctx)
 }
 
 // FailpointBeforeCommit is the failpoint between the last insert and the commit.
 const FailpointBeforeCommit = "before_commit"
 
-// New builds the service from a function's environment.
-func New(env *app.Env) *Service {
-	s := &Service{
-		DB:              env.DB,
-		Clock:           mesh.SystemClock,
-		MaxMessageBytes: env.Config.MaxMessageBytes,
-		IdleTimeout:     env.Config.TaskIdleTimeout,
-		Log:             env.Log,
-		Janitor:         outbox.Janitor{DB: env.DB, Retention: env.Config.OutboxRetention, Log: env.Log},
-		Inbox:           outbox.Inbox{MaxPolls: env.Config.MaxLongPolls},
-	}
-	return s.withDefaults()
-}
-
-// withDefaults fills unset limits; handlers call it so a Service literal in a
-// test works like one built by New.
-func (s *Service) withDefaults() *Service {
+// WithDefaults fills unset limits and returns s. Every method calls it, so a
+// Service literal works like a fully configured one; an adapter calls it
+// once before it shares s between goroutines, so no call writes a field.
+func (s *Service) WithDefaults() *Service {
 	if s.Clock == nil {
 		s.Clock = mesh.SystemClock
 	}
@@ -133,35 +132,6 @@ func (s *Service) withDefaults() *Service {
 		s.Janitor.Clock = s.Clock
 	}
 	return s
-}
-
-// Endpoints maps the template's logical function IDs to this package's
-// routes.
-func Endpoints(s *Service) httpapi.Endpoints {
-	s.withDefaults()
-	agent := func(h func(context.Context, *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
-		return httpapi.Endpoint{Auth: httpapi.AuthAgent, Handle: h}
-	}
-	return httpapi.Endpoints{
-		"SendMessageFunction":      agent(s.handleSend),
-		"SendGroupMessageFunction": agent(s.handleGroupSend),
-		"ReplyFunction":            agent(s.handleReply),
-		"UpdateTaskStatusFunction": agent(s.handleStatus),
-		"AddArtifactFunction":      agent(s.handleArtifact),
-		"GetTaskFunction":          agent(s.handleGetTask),
-		"ListTaskMessagesFunction": agent(s.handleListMessages),
-		"ListTasksFunction":        agent(s.handleListTasks),
-		"InboxFunction":            agent(s.handleInbox),
-	}
-}
-
-// Jobs maps the template's scheduled functions to this package's jobs.
-func Jobs(s *Service) app.Jobs {
-	s.withDefaults()
-	return app.Jobs{
-		"TaskScannerFunction":   s.ScanIdleTasks,
-		"OutboxJanitorFunction": s.RunJanitor,
-	}
 }
 
 // newID mints a server-side id (task, message, context, artifact): a random

@@ -6,17 +6,15 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/outbox"
-	"github.com/agentmesh/agentmesh/shared/tracing"
 )
 
 const (
@@ -60,6 +58,30 @@ var (
 	errIDConflict   = mesh.Errorf(mesh.KindConflict, "message_id_conflict", "this message_id was already used by you for a different request")
 )
 
+// The write routes' bodies and answers are shared/api's wire types.
+type (
+	// SendRequest is the body of POST /v1/messages.
+	SendRequest = api.SendRequest
+	// SendResult answers a send or a reply.
+	SendResult = api.SendResult
+	// ReplyRequest is the body of POST /v1/tasks/{id}/messages.
+	ReplyRequest = api.ReplyRequest
+	// StatusRequest is the body of POST /v1/tasks/{id}/status.
+	StatusRequest = api.StatusRequest
+	// StatusResult answers a status move.
+	StatusResult = api.StatusResult
+	// ArtifactRequest is the body of POST /v1/tasks/{id}/artifacts.
+	ArtifactRequest = api.ArtifactRequest
+	// ArtifactResult identifies an added artifact.
+	ArtifactResult = api.ArtifactResult
+	// GroupSendRequest is the body of POST /v1/groups/{id}/messages.
+	GroupSendRequest = api.GroupSendRequest
+	// GroupSendResult answers a group send: one task per recipient.
+	GroupSendResult = api.GroupSendResult
+	// GroupTask is the task a group send opened with one member.
+	GroupTask = api.GroupTask
+)
+
 // writeCtx is what a write's body gets besides its transaction.
 type writeCtx struct {
 	caller    string
@@ -70,23 +92,26 @@ type writeCtx struct {
 
 // write runs one write transaction: rate limit (first statement, so a 429
 // rolls everything back), the idempotency claim when the client named its
-// message, the body, the stored response and the commit. A retry of a
+// message, the body, the stored result and the commit. A retry of a
 // committed request (same sender, message_id and content) returns the
-// original response and writes nothing but its rate token.
-func (s *Service) write(ctx context.Context, caller, clientID string, hashOf any, status int,
-	body func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error)) (httpapi.Response, error) {
-	w := writeCtx{caller: caller, messageID: clientID, traceID: tracing.TraceID(ctx)}
+// original result, decoded from its stored JSON, and writes nothing but its
+// rate token.
+func write[T any](ctx context.Context, s *Service, caller, clientID string, hashOf any,
+	body func(ctx context.Context, tx *sql.Tx, w writeCtx) (T, error)) (T, error) {
+	var zero T
+	w := writeCtx{caller: caller, messageID: clientID, traceID: s.traceID(ctx)}
 	if w.messageID == "" {
 		// Minted once, outside the transaction, so a deadlock retry reuses it.
 		w.messageID = newID()
 	}
 	canon, err := json.Marshal(hashOf)
 	if err != nil {
-		return httpapi.Response{}, mesh.Internal(err)
+		return zero, mesh.Internal(err)
 	}
 	hash := sha256.Sum256(canon)
-	var out []byte
+	var out T
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		out = zero // a deadlock retry starts afresh
 		w.now = s.Clock()
 		if err := identity.TakeRate(ctx, tx, caller, w.now); err != nil {
 			return err
@@ -94,7 +119,9 @@ func (s *Service) write(ctx context.Context, caller, clientID string, hashOf any
 		if clientID != "" {
 			stored, done, err := claimKey(ctx, tx, caller, clientID, hash[:], w.now)
 			if err != nil || done {
-				out = stored
+				if err == nil {
+					err = json.Unmarshal(stored, &out)
+				}
 				return err
 			}
 		}
@@ -102,23 +129,25 @@ func (s *Service) write(ctx context.Context, caller, clientID string, hashOf any
 		if err != nil {
 			return err
 		}
-		if out, err = json.Marshal(res); err != nil {
-			return err
-		}
 		if clientID != "" {
-			if _, err := tx.ExecContext(ctx, saveIdemSQL, string(out), caller, clientID); err != nil {
+			b, err := json.Marshal(res)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, saveIdemSQL, string(b), caller, clientID); err != nil {
 				return err
 			}
 		}
+		out = res
 		if s.Failpoint != nil {
 			return s.Failpoint(ctx, FailpointBeforeCommit)
 		}
 		return nil
 	})
 	if err != nil {
-		return httpapi.Response{}, err
+		return zero, err
 	}
-	return httpapi.JSON(status, json.RawMessage(out)), nil
+	return out, nil
 }
 
 // claimKey inserts the idempotency key, which also serialises concurrent
@@ -156,7 +185,7 @@ func lockTask(ctx context.Context, tx *sql.Tx, taskID, caller string) (*Task, er
 		return nil, err
 	}
 	t.GroupID = group.String
-	if t.role(caller) == "" {
+	if role(t, caller) == "" {
 		return nil, errTaskNotFound
 	}
 	return t, nil
@@ -180,23 +209,6 @@ func (w writeCtx) event(typ, to string, t *Task, body any) (outbox.Event, error)
 
 // ---- POST /v1/messages ----
 
-// SendRequest is the body of POST /v1/messages.
-type SendRequest struct {
-	To        string      `json:"to"`
-	Parts     []mesh.Part `json:"parts"`
-	MessageID string      `json:"message_id,omitempty"`
-	TaskID    string      `json:"task_id,omitempty"`
-	ContextID string      `json:"context_id,omitempty"`
-}
-
-// SendResult is the 202 answer of a send or a reply.
-type SendResult struct {
-	TaskID    string `json:"task_id"`
-	MessageID string `json:"message_id"`
-	ContextID string `json:"context_id"`
-	Status    string `json:"status"`
-}
-
 // hashed is what the request hash covers: the operation and everything the
 // client chose, so a reused message_id on another route or with other
 // content is a conflict.
@@ -211,64 +223,56 @@ type hashed struct {
 	Parts     json.RawMessage `json:"parts,omitempty"`
 }
 
-func (s *Service) handleSend(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	var req SendRequest
-	if err := r.Decode(&req); err != nil {
-		return httpapi.Response{}, err
-	}
-	return s.Send(ctx, r.Caller.AgentID, req)
-}
-
 // Send implements POST /v1/messages: a new task to req.To, or one more
 // message in req.TaskID (a task of the caller whose other party is req.To).
 //
 // Who may send to whom: only friends and group mates. An unknown recipient
 // gets the same 403 not_reachable as an existing stranger, so the route
 // does not reveal which agent ids exist.
-func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (httpapi.Response, error) {
-	s.withDefaults()
+func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (SendResult, error) {
+	s.WithDefaults()
 	switch {
 	case req.To == "":
-		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to is required")
+		return SendResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to is required")
 	case !mesh.ValidAgentID(req.To):
-		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to must be an agent id (%s)", mesh.AgentIDPattern)
+		return SendResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to must be an agent id (%s)", mesh.AgentIDPattern)
 	case req.To == caller:
-		return httpapi.Response{}, mesh.Errorf(mesh.KindUnprocessable, "cannot_message_self", "an agent cannot send a message to itself")
+		return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "cannot_message_self", "an agent cannot send a message to itself")
 	}
 	for _, f := range [][2]string{{"message_id", req.MessageID}, {"task_id", req.TaskID}, {"context_id", req.ContextID}} {
 		if err := checkID(f[0], f[1]); err != nil {
-			return httpapi.Response{}, err
+			return SendResult{}, err
 		}
 	}
 	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
 	if err != nil {
-		return httpapi.Response{}, err
+		return SendResult{}, err
 	}
 	h := hashed{Op: "send", To: req.To, TaskID: req.TaskID, ContextID: req.ContextID, Parts: parts}
-	return s.write(ctx, caller, req.MessageID, h, http.StatusAccepted, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
 		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
 		if err != nil {
-			return nil, err
+			return SendResult{}, err
 		}
 		if !ok {
-			return nil, mesh.ErrNotReachable
+			return SendResult{}, mesh.ErrNotReachable
 		}
 		var t *Task
 		if req.TaskID != "" {
 			if t, err = lockTask(ctx, tx, req.TaskID, caller); err != nil {
-				return nil, err
+				return SendResult{}, err
 			}
 			switch {
-			case t.other(caller) != req.To:
-				return nil, mesh.Errorf(mesh.KindUnprocessable, "recipient_mismatch", "task %s is between you and another agent, not %s", t.TaskID, req.To)
+			case other(t, caller) != req.To:
+				return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "recipient_mismatch", "task %s is between you and another agent, not %s", t.TaskID, req.To)
 			case req.ContextID != "" && req.ContextID != t.ContextID:
-				return nil, mesh.Errorf(mesh.KindUnprocessable, "context_mismatch", "task %s belongs to context %s", t.TaskID, t.ContextID)
+				return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "context_mismatch", "task %s belongs to context %s", t.TaskID, t.ContextID)
 			case mesh.TerminalTaskState(t.Status):
-				return nil, errTaskTerminal
+				return SendResult{}, errTaskTerminal
 			}
 			t.UpdatedAt = w.now
 			if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
-				return nil, err
+				return SendResult{}, err
 			}
 		} else {
 			t = &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: caller, Recipient: req.To,
@@ -283,10 +287,10 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (htt
 				t.GroupID, err = claimContext(ctx, tx, t.ContextID, caller, req.To, w.now)
 			}
 			if err != nil {
-				return nil, err
+				return SendResult{}, err
 			}
 			if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
-				return nil, err
+				return SendResult{}, err
 			}
 		}
 		return s.appendMessage(ctx, tx, w, t, parts)
@@ -299,8 +303,8 @@ func (s *Service) appendMessage(ctx context.Context, tx *sql.Tx, w writeCtx, t *
 	if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, w.caller, string(parts), w.now); err != nil {
 		return SendResult{}, err
 	}
-	msg := Message{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
-	ev, err := w.event(mesh.EventMessage, t.other(w.caller), t, MessageBody{Message: msg, Task: t.ref()})
+	msg := EventMessage{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
+	ev, err := w.event(mesh.EventMessage, other(t, w.caller), t, MessageBody{Message: msg, Task: ref(t)})
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -312,48 +316,34 @@ func (s *Service) appendMessage(ctx context.Context, tx *sql.Tx, w writeCtx, t *
 
 // ---- POST /v1/tasks/{id}/messages ----
 
-// ReplyRequest is the body of POST /v1/tasks/{id}/messages.
-type ReplyRequest struct {
-	Parts     []mesh.Part `json:"parts"`
-	MessageID string      `json:"message_id,omitempty"`
-}
-
-func (s *Service) handleReply(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	var req ReplyRequest
-	if err := r.Decode(&req); err != nil {
-		return httpapi.Response{}, err
-	}
-	return s.Reply(ctx, r.Caller.AgentID, r.Path("id"), req)
-}
-
 // Reply adds a message of either party to a task; it goes to the other
 // party (for a group task: back to the one who sent to the group, or to the
 // member it was sent to). It needs no friendship: taking part in the task is
 // enough, so a task can be finished after the parties drift apart.
-func (s *Service) Reply(ctx context.Context, caller, taskID string, req ReplyRequest) (httpapi.Response, error) {
-	s.withDefaults()
+func (s *Service) Reply(ctx context.Context, caller, taskID string, req ReplyRequest) (SendResult, error) {
+	s.WithDefaults()
 	if !idPattern.MatchString(taskID) {
-		return httpapi.Response{}, errTaskNotFound
+		return SendResult{}, errTaskNotFound
 	}
 	if err := checkID("message_id", req.MessageID); err != nil {
-		return httpapi.Response{}, err
+		return SendResult{}, err
 	}
 	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
 	if err != nil {
-		return httpapi.Response{}, err
+		return SendResult{}, err
 	}
 	h := hashed{Op: "reply", TaskID: taskID, Parts: parts}
-	return s.write(ctx, caller, req.MessageID, h, http.StatusAccepted, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
 		t, err := lockTask(ctx, tx, taskID, caller)
 		if err != nil {
-			return nil, err
+			return SendResult{}, err
 		}
 		if mesh.TerminalTaskState(t.Status) {
-			return nil, errTaskTerminal
+			return SendResult{}, errTaskTerminal
 		}
 		t.UpdatedAt = w.now
 		if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
-			return nil, err
+			return SendResult{}, err
 		}
 		return s.appendMessage(ctx, tx, w, t, parts)
 	})
@@ -361,80 +351,53 @@ func (s *Service) Reply(ctx context.Context, caller, taskID string, req ReplyReq
 
 // ---- POST /v1/tasks/{id}/status ----
 
-// StatusRequest is the body of POST /v1/tasks/{id}/status.
-type StatusRequest struct {
-	Status    string `json:"status"`
-	MessageID string `json:"message_id,omitempty"`
-	// Message is an optional note stored as a message of the task and
-	// carried in the status event (e.g. the question of input-required).
-	Message *struct {
-		Parts []mesh.Part `json:"parts"`
-	} `json:"message,omitempty"`
-}
-
-// StatusResult is the 200 answer of a status move.
-type StatusResult struct {
-	TaskID         string `json:"task_id"`
-	Status         string `json:"status"`
-	PreviousStatus string `json:"previous_status"`
-	MessageID      string `json:"message_id"`
-}
-
-func (s *Service) handleStatus(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	var req StatusRequest
-	if err := r.Decode(&req); err != nil {
-		return httpapi.Response{}, err
-	}
-	return s.UpdateStatus(ctx, r.Caller.AgentID, r.Path("id"), req)
-}
-
 // UpdateStatus moves a task through the state machine (see moves) and tells
 // the other party with a "status" event.
-func (s *Service) UpdateStatus(ctx context.Context, caller, taskID string, req StatusRequest) (httpapi.Response, error) {
-	s.withDefaults()
+func (s *Service) UpdateStatus(ctx context.Context, caller, taskID string, req StatusRequest) (StatusResult, error) {
+	s.WithDefaults()
 	if !idPattern.MatchString(taskID) {
-		return httpapi.Response{}, errTaskNotFound
+		return StatusResult{}, errTaskNotFound
 	}
 	if !validState(req.Status) {
-		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_status", "status must be one of %s", strings.Join(States, ", "))
+		return StatusResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_status", "status must be one of %s", strings.Join(States, ", "))
 	}
 	if err := checkID("message_id", req.MessageID); err != nil {
-		return httpapi.Response{}, err
+		return StatusResult{}, err
 	}
 	var note json.RawMessage
 	if req.Message != nil {
 		var err error
 		if note, err = validateParts(req.Message.Parts, s.MaxMessageBytes); err != nil {
-			return httpapi.Response{}, err
+			return StatusResult{}, err
 		}
 	}
 	h := hashed{Op: "status", TaskID: taskID, Status: req.Status, Parts: note}
-	return s.write(ctx, caller, req.MessageID, h, http.StatusOK, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (StatusResult, error) {
 		t, err := lockTask(ctx, tx, taskID, caller)
 		if err != nil {
-			return nil, err
+			return StatusResult{}, err
 		}
-		role := t.role(caller)
-		if !CanMove(role, t.Status, req.Status) {
-			return nil, mesh.Errorf(mesh.KindConflict, "illegal_transition", "the %s cannot move a task from %s to %s", role, t.Status, req.Status)
+		mover := role(t, caller)
+		if !CanMove(mover, t.Status, req.Status) {
+			return StatusResult{}, mesh.Errorf(mesh.KindConflict, "illegal_transition", "the %s cannot move a task from %s to %s", mover, t.Status, req.Status)
 		}
 		change := StatusChange{State: req.Status, Previous: t.Status, By: caller}
 		t.Status, t.UpdatedAt = req.Status, w.now
 		if _, err := tx.ExecContext(ctx, moveTaskSQL, t.Status, w.now, t.TaskID); err != nil {
-			return nil, err
+			return StatusResult{}, err
 		}
 		if note != nil {
 			if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, caller, string(note), w.now); err != nil {
-				return nil, err
+				return StatusResult{}, err
 			}
-			change.Message = &Message{MessageID: w.messageID, From: caller, Parts: note, CreatedAt: w.now}
+			change.Message = &EventMessage{MessageID: w.messageID, From: caller, Parts: note, CreatedAt: w.now}
 		}
-		ev, err := w.event(mesh.EventStatus, t.other(caller), t, StatusBody{Status: change, Task: t.ref()})
+		ev, err := w.event(mesh.EventStatus, other(t, caller), t, StatusBody{Status: change, Task: ref(t)})
 		if err != nil {
-			return nil, err
+			return StatusResult{}, err
 		}
 		if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
-			return nil, err
+			return StatusResult{}, err
 		}
 		return StatusResult{TaskID: t.TaskID, Status: t.Status, PreviousStatus: change.Previous, MessageID: w.messageID}, nil
 	})
@@ -442,80 +405,58 @@ func (s *Service) UpdateStatus(ctx context.Context, caller, taskID string, req S
 
 // ---- POST /v1/tasks/{id}/artifacts ----
 
-// ArtifactRequest is the body of POST /v1/tasks/{id}/artifacts.
-type ArtifactRequest struct {
-	Name      string      `json:"name"`
-	Parts     []mesh.Part `json:"parts"`
-	MessageID string      `json:"message_id,omitempty"`
-}
-
-// ArtifactResult is the 201 answer of an artifact upload.
-type ArtifactResult struct {
-	TaskID     string `json:"task_id"`
-	ArtifactID string `json:"artifact_id"`
-	MessageID  string `json:"message_id"`
-}
-
-func (s *Service) handleArtifact(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	var req ArtifactRequest
-	if err := r.Decode(&req); err != nil {
-		return httpapi.Response{}, err
-	}
-	return s.AddArtifact(ctx, r.Caller.AgentID, r.Path("id"), req)
-}
-
 // AddArtifact stores an output of a task. Only its recipient (the one doing
 // the work) adds artifacts, and only while the task is not terminal; the
 // initiator gets an "artifact" event.
-func (s *Service) AddArtifact(ctx context.Context, caller, taskID string, req ArtifactRequest) (httpapi.Response, error) {
-	s.withDefaults()
+func (s *Service) AddArtifact(ctx context.Context, caller, taskID string, req ArtifactRequest) (ArtifactResult, error) {
+	s.WithDefaults()
 	if !idPattern.MatchString(taskID) {
-		return httpapi.Response{}, errTaskNotFound
+		return ArtifactResult{}, errTaskNotFound
 	}
 	// Characters, as the column (VARCHAR(200)), the spec and agent and
 	// group names count them.
 	if req.Name == "" || utf8.RuneCountInString(req.Name) > 200 {
-		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact needs a name of 1-200 characters")
+		return ArtifactResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact needs a name of 1-200 characters")
 	}
 	if !mesh.PrintableName(req.Name) {
 		// Names are shown to the other party as they are, like agent and
 		// group names: the same printable rule.
-		return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact name must be printable UTF-8: no control characters, line separators or bidirectional formatting")
+		return ArtifactResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_name", "an artifact name must be printable UTF-8: no control characters, line separators or bidirectional formatting")
 	}
 	if err := checkID("message_id", req.MessageID); err != nil {
-		return httpapi.Response{}, err
+		return ArtifactResult{}, err
 	}
 	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
 	if err != nil {
-		return httpapi.Response{}, err
+		return ArtifactResult{}, err
 	}
 	h := hashed{Op: "artifact", TaskID: taskID, Name: req.Name, Parts: parts}
 	artifactID := newID()
-	return s.write(ctx, caller, req.MessageID, h, http.StatusCreated, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (ArtifactResult, error) {
 		t, err := lockTask(ctx, tx, taskID, caller)
 		if err != nil {
-			return nil, err
+			return ArtifactResult{}, err
 		}
-		if t.role(caller) != RoleRecipient {
-			return nil, mesh.Errorf(mesh.KindForbidden, "not_task_recipient", "only the task's recipient adds artifacts")
+		if role(t, caller) != RoleRecipient {
+			return ArtifactResult{}, mesh.Errorf(mesh.KindForbidden, "not_task_recipient", "only the task's recipient adds artifacts")
 		}
 		if mesh.TerminalTaskState(t.Status) {
-			return nil, errTaskTerminal
+			return ArtifactResult{}, errTaskTerminal
 		}
 		t.UpdatedAt = w.now
 		if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
-			return nil, err
+			return ArtifactResult{}, err
 		}
 		if _, err := tx.ExecContext(ctx, insertArtifact, t.TaskID, artifactID, req.Name, string(parts), caller, w.now); err != nil {
-			return nil, err
+			return ArtifactResult{}, err
 		}
-		a := Artifact{ArtifactID: artifactID, Name: req.Name, Parts: parts, CreatedBy: caller, CreatedAt: w.now}
-		ev, err := w.event(mesh.EventArtifact, t.Initiator, t, ArtifactBody{Artifact: a, Task: t.ref()})
+		a := EventArtifact{ArtifactID: artifactID, Name: req.Name, Parts: parts, CreatedBy: caller, CreatedAt: w.now}
+		ev, err := w.event(mesh.EventArtifact, t.Initiator, t, ArtifactBody{Artifact: a, Task: ref(t)})
 		if err != nil {
-			return nil, err
+			return ArtifactResult{}, err
 		}
 		if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
-			return nil, err
+			return ArtifactResult{}, err
 		}
 		return ArtifactResult{TaskID: t.TaskID, ArtifactID: artifactID, MessageID: w.messageID}, nil
 	})
@@ -523,81 +464,53 @@ func (s *Service) AddArtifact(ctx context.Context, caller, taskID string, req Ar
 
 // ---- POST /v1/groups/{id}/messages ----
 
-// GroupSendRequest is the body of POST /v1/groups/{id}/messages.
-type GroupSendRequest struct {
-	Parts     []mesh.Part `json:"parts"`
-	MessageID string      `json:"message_id,omitempty"`
-}
-
-// GroupSendResult is the 202 answer of a group send.
-type GroupSendResult struct {
-	GroupID   string      `json:"group_id"`
-	ContextID string      `json:"context_id"`
-	MessageID string      `json:"message_id"`
-	Tasks     []GroupTask `json:"tasks"`
-}
-
-// GroupTask is the task created for one member.
-type GroupTask struct {
-	To     string `json:"to"`
-	TaskID string `json:"task_id"`
-}
-
-func (s *Service) handleGroupSend(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-	var req GroupSendRequest
-	if err := r.Decode(&req); err != nil {
-		return httpapi.Response{}, err
-	}
-	return s.SendToGroup(ctx, r.Caller.AgentID, r.Path("id"), req)
-}
-
 // SendToGroup fans a message out to every other member of a group the caller
 // belongs to, in one transaction: one two-party task per member (replies go
 // back to the caller only), all in the group's context, each event carrying
 // the group id. outbox.Append locks the members' counters in ascending order,
 // so concurrent fan-outs over the same members cannot deadlock.
-func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req GroupSendRequest) (httpapi.Response, error) {
-	s.withDefaults()
+func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req GroupSendRequest) (GroupSendResult, error) {
+	s.WithDefaults()
 	errNoGroup := mesh.Errorf(mesh.KindNotFound, "group_not_found", "no such group among yours")
 	if !idPattern.MatchString(groupID) {
-		return httpapi.Response{}, errNoGroup
+		return GroupSendResult{}, errNoGroup
 	}
 	if err := checkID("message_id", req.MessageID); err != nil {
-		return httpapi.Response{}, err
+		return GroupSendResult{}, err
 	}
 	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
 	if err != nil {
-		return httpapi.Response{}, err
+		return GroupSendResult{}, err
 	}
 	h := hashed{Op: "group", GroupID: groupID, Parts: parts}
-	return s.write(ctx, caller, req.MessageID, h, http.StatusAccepted, func(ctx context.Context, tx *sql.Tx, w writeCtx) (any, error) {
+	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (GroupSendResult, error) {
 		var contextID string
 		err := tx.QueryRowContext(ctx, memberGroupSQL, groupID, caller).Scan(&contextID)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, errNoGroup // non-members do not learn whether the group exists
+			return GroupSendResult{}, errNoGroup // non-members do not learn whether the group exists
 		}
 		if err != nil {
-			return nil, err
+			return GroupSendResult{}, err
 		}
 		members, err := reachableMembers(ctx, tx, groupID, caller)
 		if err != nil {
-			return nil, err
+			return GroupSendResult{}, err
 		}
 		if len(members) == 0 {
-			return nil, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "no other member of this group can be reached")
+			return GroupSendResult{}, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "no other member of this group can be reached")
 		}
 		if len(members) > MaxFanoutMembers {
-			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
+			return GroupSendResult{}, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
 				"the group has %d other members; a group send reaches at most %d", len(members), MaxFanoutMembers)
 		}
 		if total := len(parts) * len(members); total > s.MaxFanoutBytes {
-			return nil, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
+			return GroupSendResult{}, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
 				"%d bytes to %d members is %d bytes; a group send may write at most %d", len(parts), len(members), total, s.MaxFanoutBytes)
 		}
 		// A fan-out costs what it writes: one unit per recipient (write
 		// already spent the first). Over the budget, the 429 rolls it all back.
 		if err := identity.TakeRateN(ctx, tx, caller, w.now, len(members), 1); err != nil {
-			return nil, err
+			return GroupSendResult{}, err
 		}
 		res := GroupSendResult{GroupID: groupID, ContextID: contextID, MessageID: w.messageID, Tasks: make([]GroupTask, len(members))}
 		tasks := make([]*Task, len(members))
@@ -610,22 +523,22 @@ func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req G
 			t := tasks[i]
 			return []any{t.TaskID, t.ContextID, t.GroupID, t.Initiator, t.Recipient, t.Status, w.now, w.now}, 0
 		}); err != nil {
-			return nil, err
+			return GroupSendResult{}, err
 		}
 		if err := insertRows(ctx, tx, insertMessageSQL, len(tasks), func(i int) ([]any, int) {
 			return []any{tasks[i].TaskID, w.messageID, caller, string(parts), w.now}, len(parts)
 		}); err != nil {
-			return nil, err
+			return GroupSendResult{}, err
 		}
-		msg := Message{MessageID: w.messageID, From: caller, Parts: parts, CreatedAt: w.now}
+		msg := EventMessage{MessageID: w.messageID, From: caller, Parts: parts, CreatedAt: w.now}
 		events := make([]outbox.Event, len(tasks))
 		for i, t := range tasks {
-			if events[i], err = w.event(mesh.EventMessage, t.Recipient, t, MessageBody{Message: msg, Task: t.ref()}); err != nil {
-				return nil, err
+			if events[i], err = w.event(mesh.EventMessage, t.Recipient, t, MessageBody{Message: msg, Task: ref(t)}); err != nil {
+				return GroupSendResult{}, err
 			}
 		}
 		if err := outbox.Append(ctx, tx, events); err != nil {
-			return nil, err
+			return GroupSendResult{}, err
 		}
 		return res, nil
 	})

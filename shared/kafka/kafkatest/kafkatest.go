@@ -19,7 +19,7 @@ import (
 )
 
 // DefaultBrokers is the broker of infra/kafka.sh.
-const DefaultBrokers = "127.0.0.1:39092"
+const DefaultBrokers = "127.0.0.1:29092"
 
 // BrokerList is the brokers tests dial: KAFKA_BROKERS, else infra/kafka.sh's
 // broker on MESH_KAFKA_PORT (the port the script starts it on), else

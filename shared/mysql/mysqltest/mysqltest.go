@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultDSN reaches the private MariaDB started by infra/mariadb.sh.
-const DefaultDSN = "mesh:mesh@tcp(127.0.0.1:33306)/mesh?parseTime=true"
+const DefaultDSN = "mesh:mesh@tcp(127.0.0.1:23306)/mesh?parseTime=true"
 
 // ServerDSN is the DSN of the server tests run against: MYSQL_DSN, else
 // infra/mariadb.sh's server on MESH_MARIADB_PORT (the port the script
@@ -29,7 +29,7 @@ func ServerDSN() string {
 		return d
 	}
 	if p := os.Getenv("MESH_MARIADB_PORT"); p != "" {
-		return strings.Replace(DefaultDSN, "127.0.0.1:33306", "127.0.0.1:"+p, 1)
+		return strings.Replace(DefaultDSN, "127.0.0.1:23306", "127.0.0.1:"+p, 1)
 	}
 	return DefaultDSN
 }

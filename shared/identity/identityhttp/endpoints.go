@@ -1,11 +1,18 @@
-package identity
+// Package identityhttp is identity's adapter to AWS: the HTTP routes of
+// identity keyed by their functions' logical ids in template.yaml, the
+// authenticator every HTTP function verifies credentials with, and the
+// token function's CloudFormation custom resource. Handlers decode the
+// request, call the domain and encode its typed answer; nothing else.
+package identityhttp
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
+	"strconv"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
+	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
@@ -16,14 +23,14 @@ import (
 // routes inside their own transaction (no extra commit; a 429 rolls the write
 // back), read routes as one autocommit statement before reading. Creating
 // routes answer 201 when they create and 200 when the thing already existed.
-func Endpoints(s *Service) httpapi.Endpoints {
+func Endpoints(s *identity.Service) httpapi.Endpoints {
 	agent := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
 		return httpapi.Endpoint{Auth: httpapi.AuthAgent, Handle: h}
 	}
 	// read is agent for read-only routes: the rate limit first, autocommit.
 	read := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
 		return agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			if err := TakeRate(ctx, s.DB, r.Caller.AgentID, s.now()); err != nil {
+			if err := identity.TakeRate(ctx, s.DB, r.Caller.AgentID, s.Now()); err != nil {
 				return httpapi.Response{}, err
 			}
 			return h(ctx, r)
@@ -34,13 +41,11 @@ func Endpoints(s *Service) httpapi.Endpoints {
 	}
 	return httpapi.Endpoints{
 		"AuthTokenFunction": {Auth: httpapi.AuthPublic, Handle: func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in struct {
-				APIKey string `json:"api_key"`
-			}
+			var in api.TokenRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
-			tok, err := s.IssueToken(ctx, in.APIKey)
+			tok, err := s.IssueToken(ctx, in.APIKey, httpapi.SourceAddr(ctx))
 			return httpapi.JSON(http.StatusOK, tok), err
 		}},
 
@@ -52,11 +57,11 @@ func Endpoints(s *Service) httpapi.Endpoints {
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
-			a, err := s.createAgent(ctx, in.AgentID, in.Name)
+			a, err := s.CreateAgentFor(ctx, identity.OperatorAccount, identity.KindNormal, in.AgentID, in.Name)
 			return httpapi.JSON(http.StatusCreated, a), err
 		}),
 		"AdminRotateKeyFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var opt RotateOptions
+			var opt identity.RotateOptions
 			if err := decodeOptional(r, &opt); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -79,7 +84,7 @@ func Endpoints(s *Service) httpapi.Endpoints {
 			return httpapi.JSON(createdStatus(created), f), err
 		}),
 		"AdminCreateGroupFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in AdminGroupInput
+			var in identity.AdminGroupInput
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -87,7 +92,7 @@ func Endpoints(s *Service) httpapi.Endpoints {
 			return httpapi.JSON(http.StatusCreated, g), err
 		}),
 		"AdminAddGroupMemberFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in memberInput
+			var in api.AddMemberRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -96,10 +101,7 @@ func Endpoints(s *Service) httpapi.Endpoints {
 		}),
 
 		"HeartbeatFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in struct {
-				InstanceID string          `json:"instance_id"`
-				Stats      json.RawMessage `json:"stats"`
-			}
+			var in api.HeartbeatRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -120,9 +122,7 @@ func Endpoints(s *Service) httpapi.Endpoints {
 		}),
 
 		"SendFriendRequestFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in struct {
-				To string `json:"to"`
-			}
+			var in api.FriendRequestInput
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -159,8 +159,8 @@ func Endpoints(s *Service) httpapi.Endpoints {
 				return httpapi.Response{}, err
 			}
 			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				friends, next, err := s.ListFriends(ctx, r.Caller.AgentID, p)
-				return httpapi.JSON(http.StatusOK, listPage("friends", friends, next)), err
+				page, err := s.ListFriends(ctx, r.Caller.AgentID, p)
+				return httpapi.JSON(http.StatusOK, page), err
 			}).Handle(ctx, r)
 		}),
 		"RemoveFriendFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
@@ -178,15 +178,13 @@ func Endpoints(s *Service) httpapi.Endpoints {
 				return httpapi.Response{}, err
 			}
 			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				blocks, next, err := s.ListBlocks(ctx, r.Caller.AgentID, p)
-				return httpapi.JSON(http.StatusOK, listPage("blocks", blocks, next)), err
+				page, err := s.ListBlocks(ctx, r.Caller.AgentID, p)
+				return httpapi.JSON(http.StatusOK, page), err
 			}).Handle(ctx, r)
 		}),
 
 		"CreateGroupFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in struct {
-				Name string `json:"name"`
-			}
+			var in api.CreateGroupRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -199,8 +197,8 @@ func Endpoints(s *Service) httpapi.Endpoints {
 				return httpapi.Response{}, err
 			}
 			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				groups, next, err := s.ListGroups(ctx, r.Caller.AgentID, p)
-				return httpapi.JSON(http.StatusOK, listPage("groups", groups, next)), err
+				page, err := s.ListGroups(ctx, r.Caller.AgentID, p)
+				return httpapi.JSON(http.StatusOK, page), err
 			}).Handle(ctx, r)
 		}),
 		"GetRosterFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
@@ -214,7 +212,7 @@ func Endpoints(s *Service) httpapi.Endpoints {
 			}).Handle(ctx, r)
 		}),
 		"AddGroupMemberFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in memberInput
+			var in api.AddMemberRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -225,22 +223,6 @@ func Endpoints(s *Service) httpapi.Endpoints {
 			return noContent(s.RemoveGroupMember(ctx, r.Caller.AgentID, r.Path("id"), r.Path("agent")))
 		}),
 	}
-}
-
-type memberInput struct {
-	AgentID string `json:"agent_id"`
-	// Role is member (default) or admin.
-	Role string `json:"role"`
-}
-
-// listPage is a list answer: {"<name>": [...], "next_after": "..."}, with
-// next_after only when more items follow.
-func listPage(name string, items any, next string) map[string]any {
-	out := map[string]any{name: items}
-	if next != "" {
-		out["next_after"] = next
-	}
-	return out
 }
 
 func createdStatus(created bool) int {
@@ -263,4 +245,21 @@ func decodeOptional(r *httpapi.Request, v any) error {
 		}
 	}
 	return nil
+}
+
+// parsePage reads ?after= and ?limit=. after must be an id (the lists are
+// ordered by agent or group id, which share one pattern).
+func parsePage(after, limit string) (identity.Page, error) {
+	p := identity.Page{After: after, Limit: identity.DefaultPageSize}
+	if after != "" && !mesh.ValidAgentID(after) {
+		return p, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "after must be an id from next_after")
+	}
+	if limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > identity.MaxPageSize {
+			return p, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "limit must be an integer from 1 to %d", identity.MaxPageSize)
+		}
+		p.Limit = n
+	}
+	return p, nil
 }

@@ -1,8 +1,11 @@
-package tasks
+package taskshttp
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 // Strict input on the write routes, through the real middleware: what a
@@ -14,8 +17,12 @@ func TestWritesRefuseAmbiguousOrMislabelledBodies(t *testing.T) {
 	f.friends(t, "ann", "bob")
 	f.friends(t, "ann", "nobody")
 	f.group(t, "g", "ctx-g", "ann", "bob")
-	task := f.send(t, "ann", SendRequest{To: "bob", Parts: text("hi")}).TaskID
-	taskParams := map[string]string{"id": task}
+	sent := f.call(t, req{fn: "SendMessageFunction", caller: "ann", method: "POST", path: "/v1/messages", body: `{"to":"bob","parts":` + hi + `}`})
+	var res tasks.SendResult
+	if err := json.Unmarshal(sent.Body, &res); err != nil || sent.Status != 202 {
+		t.Fatalf("send: %d %s", sent.Status, sent.Body)
+	}
+	taskParams := map[string]string{"id": res.TaskID}
 	send := req{fn: "SendMessageFunction", caller: "ann", method: "POST", path: "/v1/messages"}
 	for _, c := range []struct {
 		name string

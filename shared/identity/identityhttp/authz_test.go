@@ -1,4 +1,4 @@
-package identity
+package identityhttp
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/identity"
 )
 
 // The callers of the authorization matrix.
@@ -37,7 +39,7 @@ type world struct {
 	auth          map[string]string
 }
 
-func buildWorld(t *testing.T, s *Service, n int) *world {
+func buildWorld(t *testing.T, s *identity.Service, n int) *world {
 	t.Helper()
 	ctx := context.Background()
 	w := &world{
@@ -52,7 +54,7 @@ func buildWorld(t *testing.T, s *Service, n int) *world {
 	if _, _, err := s.AdminCreateFriendship(ctx, w.T, w.F); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.AdminCreateGroup(ctx, AdminGroupInput{Name: "crew", Owner: w.T, Members: []string{w.M}})
+	g, err := s.AdminCreateGroup(ctx, identity.AdminGroupInput{Name: "crew", Owner: w.T, Members: []string{w.M}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +66,11 @@ func buildWorld(t *testing.T, s *Service, n int) *world {
 	w.R = req.RequestID
 
 	// T's second key: a token minted from it, then the key revoked.
-	k2, err := s.RotateKey(ctx, w.T, RotateOptions{})
+	k2, err := s.RotateKey(ctx, w.T, identity.RotateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok2, err := s.IssueToken(ctx, k2.APIKey)
+	tok2, err := s.IssueToken(ctx, k2.APIKey, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +80,7 @@ func buildWorld(t *testing.T, s *Service, n int) *world {
 	w.keys[revoked] = k2.APIKey
 
 	// A token for T that expired an hour ago.
-	old := *s
-	old.Clock = func() time.Time { return s.now().Add(-2 * time.Hour) }
-	exp, err := old.sign(w.T, w.TKeyID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	exp := signToken(t, w.T, w.TKeyID, s.Now().Add(-2*time.Hour), s.TokenTTL)
 	w.auth = map[string]string{
 		self: bearer(w.tokens[w.T]), friend: bearer(w.tokens[w.F]), mate: bearer(w.tokens[w.M]), stranger: bearer(w.tokens[w.S]),
 		admin: bearer(testAdminKey), noToken: "", expired: bearer(exp),
@@ -225,7 +222,7 @@ func wantAuthCode(r authzRoute, caller string) string {
 }
 
 // snapshot checksums the tables a refused request must not change.
-func snapshot(t *testing.T, s *Service) string {
+func snapshot(t *testing.T, s *identity.Service) string {
 	t.Helper()
 	rows, err := s.DB.Query("CHECKSUM TABLE agents, api_keys, friendships, friend_requests, mesh_groups, group_members")
 	if err != nil {

@@ -1,4 +1,4 @@
-package identity
+package identityhttp
 
 import (
 	"context"
@@ -36,10 +36,10 @@ func TestSampleEvents(t *testing.T) {
 	sort.Strings(names)
 	for _, name := range names {
 		t.Run(kebab(name)+".json is a real "+routes[name]+" event", func(t *testing.T) {
-			if _, err := os.Stat("../../functions/" + kebab(name) + "/main.go"); err != nil {
+			if _, err := os.Stat("../../../functions/" + kebab(name) + "/main.go"); err != nil {
 				t.Errorf("function directory: %v", err)
 			}
-			b, err := os.ReadFile("../../events/" + kebab(name) + ".json")
+			b, err := os.ReadFile("../../../events/" + kebab(name) + ".json")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestSampleEvents(t *testing.T) {
 	}
 
 	t.Run("presence-scanner.json is an EventBridge scheduled event", func(t *testing.T) {
-		b, err := os.ReadFile("../../events/presence-scanner.json")
+		b, err := os.ReadFile("../../../events/presence-scanner.json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestSampleEvents(t *testing.T) {
 		if err := json.Unmarshal(b, &ev); err != nil || ev.DetailType != "Scheduled Event" || ev.Source != "aws.events" {
 			t.Fatalf("%+v %v", ev, err)
 		}
-		if _, err := os.Stat("../../functions/presence-scanner/main.go"); err != nil {
+		if _, err := os.Stat("../../../functions/presence-scanner/main.go"); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -1,4 +1,4 @@
-package identity
+package identityhttp
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
@@ -146,16 +147,16 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	elapsed := total.Last.Sub(total.First).Seconds()
 	// GCRA admits the burst at once, then one request per 1/rate s; +1 for
 	// the request admitted exactly at the edge.
-	ceiling := RateBurst + int(math.Ceil(RatePerSecond*elapsed)) + 1
+	ceiling := identity.RateBurst + int(math.Ceil(identity.RatePerSecond*elapsed)) + 1
 	t.Logf("%d processes over %.2fs: %d ok, %d limited (ceiling %d)", procs, elapsed, total.OK, total.Limited, ceiling)
 	if total.OK > ceiling {
-		t.Errorf("%d requests succeeded, more than burst %d + %d/s × %.2fs = %d", total.OK, RateBurst, RatePerSecond, elapsed, ceiling)
+		t.Errorf("%d requests succeeded, more than burst %d + %d/s × %.2fs = %d", total.OK, identity.RateBurst, identity.RatePerSecond, elapsed, ceiling)
 	}
-	if total.OK < RateBurst {
-		t.Errorf("only %d requests succeeded; the burst of %d was not usable", total.OK, RateBurst)
+	if total.OK < identity.RateBurst {
+		t.Errorf("only %d requests succeeded; the burst of %d was not usable", total.OK, identity.RateBurst)
 	}
 	if total.Limited == 0 {
-		t.Errorf("no request was limited: the processes did not exceed %d/s, so the test proved nothing", RatePerSecond)
+		t.Errorf("no request was limited: the processes did not exceed %d/s, so the test proved nothing", identity.RatePerSecond)
 	}
 	if total.MissingRetryAfter > 0 {
 		t.Errorf("%d of %d 429s had no valid Retry-After", total.MissingRetryAfter, total.Limited)

@@ -1,4 +1,4 @@
-package identity
+package identityhttp
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/identity"
 )
 
 func TestAuthFailuresAreThrottled(t *testing.T) {
@@ -50,8 +52,8 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 			k := apiKeyPrefix + strings.Repeat(string(rune('A'+i%26)), apiKeyIDLen) + strings.Repeat("x", 43)
 			return token("198.51.100.1", k)
 		})
-		if got[401] != addrFailures.Burst || got[429] != 300-addrFailures.Burst {
-			t.Fatalf("answers %v, want %d × 401 then 429", got, addrFailures.Burst)
+		if got[401] != addrFailuresBurst || got[429] != 300-addrFailuresBurst {
+			t.Fatalf("answers %v, want %d × 401 then 429", got, addrFailuresBurst)
 		}
 	})
 	t.Run("another address is not affected", func(t *testing.T) {
@@ -64,8 +66,8 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 		got := count(t, 50, func(i int) events.APIGatewayV2HTTPResponse {
 			return token("192.0.2."+strconv.Itoa(i+1), wrong)
 		})
-		if got[401] != keyFailures.Burst || got[429] != 50-keyFailures.Burst {
-			t.Fatalf("answers %v, want %d × 401 then 429", got, keyFailures.Burst)
+		if got[401] != keyFailuresBurst || got[429] != 50-keyFailuresBurst {
+			t.Fatalf("answers %v, want %d × 401 then 429", got, keyFailuresBurst)
 		}
 		// While the key id is throttled even its right secret gets no answer.
 		if resp := token("192.0.2.200", key); resp.StatusCode != 429 {
@@ -73,7 +75,7 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 		}
 	})
 	t.Run("the budget refills with time", func(t *testing.T) {
-		clock.Advance(keyFailures.Per + time.Second)
+		clock.Advance(keyFailuresPer + time.Second)
 		if resp := token("192.0.2.201", key); resp.StatusCode != 200 {
 			t.Fatalf("after the refill: %d %s", resp.StatusCode, resp.Body)
 		}
@@ -82,15 +84,15 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 		got := count(t, 300, func(i int) events.APIGatewayV2HTTPResponse {
 			return admin("198.51.100.3", "not-the-admin-key-"+strconv.Itoa(i))
 		})
-		if got[401] != addrFailures.Burst || got[429] != 300-addrFailures.Burst {
-			t.Fatalf("answers %v, want %d × 401 then 429", got, addrFailures.Burst)
+		if got[401] != addrFailuresBurst || got[429] != 300-addrFailuresBurst {
+			t.Fatalf("answers %v, want %d × 401 then 429", got, addrFailuresBurst)
 		}
 	})
 	t.Run("admin routes are limited like an agent's", func(t *testing.T) {
 		clock.Advance(time.Minute)
-		got := count(t, RateBurst+20, func(int) events.APIGatewayV2HTTPResponse { return admin("198.51.100.4", testAdminKey) })
-		if got[404] != RateBurst || got[429] != 20 {
-			t.Fatalf("answers %v, want %d × 404 (authenticated) then 429", got, RateBurst)
+		got := count(t, identity.RateBurst+20, func(int) events.APIGatewayV2HTTPResponse { return admin("198.51.100.4", testAdminKey) })
+		if got[404] != identity.RateBurst || got[429] != 20 {
+			t.Fatalf("answers %v, want %d × 404 (authenticated) then 429", got, identity.RateBurst)
 		}
 	})
 	t.Run("the janitor deletes refilled failure buckets and nothing else", func(t *testing.T) {
@@ -102,14 +104,14 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 		if resp := token("198.51.100.9", "amk_wrong"); resp.StatusCode != 401 {
 			t.Fatalf("a wrong key: %d", resp.StatusCode)
 		}
-		if _, err := ExpireThrottles(context.Background(), s.DB, clock.Now(), 1000); err != nil {
+		if _, err := identity.ExpireThrottles(context.Background(), s.DB, clock.Now(), 1000); err != nil {
 			t.Fatal(err)
 		}
 		if live := countRows(t, s, "SELECT COUNT(*) FROM rate_limits WHERE agent_id = 'authaddr:198.51.100.9'"); live != 1 || buckets() != 1 {
 			t.Fatalf("after expiring: fresh bucket %d, buckets %d; want only the fresh one", live, buckets())
 		}
 		clock.Advance(time.Hour)
-		if _, err := ExpireThrottles(context.Background(), s.DB, clock.Now(), 1000); err != nil || buckets() != 0 {
+		if _, err := identity.ExpireThrottles(context.Background(), s.DB, clock.Now(), 1000); err != nil || buckets() != 0 {
 			t.Fatalf("%d buckets left after they refilled (%v)", buckets(), err)
 		}
 		if n := countRows(t, s, "SELECT COUNT(*) FROM rate_limits WHERE agent_id NOT LIKE 'auth%:%'"); n != agents {
