@@ -22,26 +22,39 @@ func hostInfo() string {
 	return fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 }
 
+// newPlot is a plot with its title, axis labels and the legend top left,
+// where none of the curves start.
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p
+}
+
+// latencyKeys lists the latency runs of r ("rate/handler") in the order
+// the report and the plot show them.
+func (r *Results) latencyKeys() []string {
+	keys := make([]string, 0, len(r.lat))
+	for k := range r.lat {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return latOrder(keys[i]) < latOrder(keys[j]) })
+	return keys
+}
+
 // plots draws the latency CDF and throughput against concurrency into dir
 // and returns the files' names (relative to dir). Called with r.mu held.
 func (r *Results) plots(t *testing.T, dir string) []string {
 	var out []string
 	if len(r.lat) > 0 {
-		p := plot.New()
-		p.Title.Text = "2xx → handler latency (CDF)"
-		p.X.Label.Text = "latency (ms, log scale)"
+		p := newPlot("2xx → handler latency (CDF)", "latency (ms, log scale)", "fraction of messages handled")
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.Y.Label.Text = "fraction of messages handled"
-		p.Legend.Top = true
-		p.Legend.Left = true
 		var lines []any
-		keys := make([]string, 0, len(r.lat))
-		for k := range r.lat {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return latOrder(keys[i]) < latOrder(keys[j]) })
-		for _, k := range keys {
+		for _, k := range r.latencyKeys() {
 			s := r.lat[k]
 			// At most 1,000 points per line: the CDF at evenly spaced ranks.
 			step := max(1, len(s)/1000)
@@ -58,12 +71,7 @@ func (r *Results) plots(t *testing.T, dir string) []string {
 		}
 	}
 	if len(r.curves) > 0 {
-		p := plot.New()
-		p.Title.Text = "Throughput against concurrency"
-		p.X.Label.Text = "clients"
-		p.Y.Label.Text = "transactions per second"
-		p.Legend.Top = true
-		p.Legend.Left = true
+		p := newPlot("Throughput against concurrency", "clients", "transactions per second")
 		var lines []any
 		names := make([]string, 0, len(r.curves))
 		for k := range r.curves {
@@ -82,16 +90,11 @@ func (r *Results) plots(t *testing.T, dir string) []string {
 		}
 	}
 	if len(r.scale) > 0 {
-		p := plot.New()
-		p.Title.Text = "Time against table size"
-		p.X.Label.Text = "size (rows, recipients or agents; log scale)"
-		p.Y.Label.Text = "time (ms, log scale)"
+		p := newPlot("Time against table size", "size (rows, recipients or agents; log scale)", "time (ms, log scale)")
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.Legend.Top = true
-		p.Legend.Left = true
 		byWhat := map[string]plotter.XYs{}
 		var order []string
 		for _, s := range r.scale {

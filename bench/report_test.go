@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -303,12 +302,7 @@ func (r *Results) writeComparison(w func(string, ...any), f func(string) string,
 
 	w("## Latency: 2xx → handler, through the local stack (schedules as on AWS), the real broker and meshd\n\n")
 	w("| Rate (whole mesh) | Handler | Messages | p50 | p95 | p99 | max | Sent within 3 s of :00 | their p99 | their max |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	keys := make([]string, 0, len(r.lat))
-	for k := range r.lat {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return latOrder(keys[i]) < latOrder(keys[j]) })
-	for _, k := range keys {
+	for _, k := range r.latencyKeys() {
 		s := r.lat[k]
 		rate, h, _ := strings.Cut(k, "/")
 		e := r.latEdge[k]

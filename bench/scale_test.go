@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -159,27 +158,14 @@ func explainAll(t *testing.T, db *mysql.DB, qs []string) string {
 			fmt.Fprintf(&b, "  (EXPLAIN failed: %v)\n", err)
 			continue
 		}
-		cols, _ := rows.Columns()
-		fmt.Fprintf(&b, "  %s\n", strings.Join(cols, " | "))
-		for rows.Next() {
-			vals := make([]sql.NullString, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			s := make([]string, len(vals))
-			for i, v := range vals {
-				s[i] = v.String
-				if !v.Valid {
-					s[i] = "NULL"
-				}
-			}
-			fmt.Fprintf(&b, "  %s\n", strings.Join(s, " | "))
+		cols, vals, err := mysqltest.StringRows(rows)
+		if err != nil {
+			t.Fatal(err)
 		}
-		rows.Close()
+		fmt.Fprintf(&b, "  %s\n", strings.Join(cols, " | "))
+		for _, row := range vals {
+			fmt.Fprintf(&b, "  %s\n", mysqltest.JoinRow(row, " | "))
+		}
 	}
 	return strings.TrimSpace(b.String())
 }

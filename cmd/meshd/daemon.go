@@ -295,6 +295,9 @@ func setupRetry(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) er
 			}
 			cfg.API = daemonClient(s, log, "meshd")
 			// The handler replies through this process, as under meshd run.
+			// The socket is made at the handler's run, under the state lock
+			// RetryDeadLetter takes, so a running meshd's socket is never
+			// replaced.
 			ctl := meshd.NewHandlerControl(cfg.API, dir, id, log)
 			defer ctl.Close()
 			cfg.Handler = ctl.Wrap(handler)

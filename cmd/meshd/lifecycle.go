@@ -224,7 +224,7 @@ func setupRun(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) erro
 			agent = agentID
 			ri := runInfo{PID: os.Getpid(), AgentID: agentID, InstanceID: cfg.InstanceID, Mode: mode, StartedAt: started, Log: e.getenv("MESH_LOG_FILE")}
 			if b, err := json.Marshal(ri); err == nil {
-				_ = meshd.WriteFileAtomic(cfg.StateDir, filepath.Base(runInfoPath(cfg.StateDir, agentID)), b)
+				_ = statedir.Put(cfg.StateDir, filepath.Base(runInfoPath(cfg.StateDir, agentID)), b)
 			}
 		}
 		// A second interrupt kills the handler in flight (the first lets

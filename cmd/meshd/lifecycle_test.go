@@ -183,16 +183,7 @@ exec meshd tasks status completed "done"
 	// it is: its meshd commands go through meshd's control socket.
 	p := startMeshd(t, map[string]string{"PATH": filepath.Dir(meshdBinary(t)) + ":" + os.Getenv("PATH"), "MESH_API_KEY": "", "MESH_API_URL": "",
 		"MESH_STATE_DIR": t.TempDir(), "HOME": home}, "run", "--config", cfg, "--", script)
-	alice := meshclient.New(st.URL, keys["alice"])
-	res, err := alice.Send(context.Background(), meshclient.SendRequest{To: "bob", Parts: textPart("hi bob")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var task meshclient.TaskDetail
-	eventually(t, 30*time.Second, "the task is completed", func() bool {
-		task, err = alice.GetTask(context.Background(), res.TaskID)
-		return err == nil && task.Status == "completed"
-	})
+	task := completedTask(t, st.URL, keys["alice"], "bob", "hi bob")
 	var texts []string
 	for _, m := range task.Messages {
 		texts = append(texts, m.From+": "+meshclient.PartsText(m.Parts))
@@ -200,6 +191,23 @@ exec meshd tasks status completed "done"
 	if got := strings.Join(texts, " | "); !strings.Contains(got, "bob: hello alice, I got it") || !strings.Contains(got, "bob: done") {
 		t.Errorf("messages %q; meshd stderr:\n%s", got, p.stderr.String())
 	}
+}
+
+// completedTask sends text from the agent of key to agent to through the
+// API at url, waits until the handler completes the task and returns it.
+func completedTask(t *testing.T, url, key, to, text string) meshclient.TaskDetail {
+	t.Helper()
+	from := meshclient.New(url, key)
+	res, err := from.Send(context.Background(), meshclient.SendRequest{To: to, Parts: textPart(text)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var task meshclient.TaskDetail
+	eventually(t, 30*time.Second, "the task is completed", func() bool {
+		task, err = from.GetTask(context.Background(), res.TaskID)
+		return err == nil && task.Status == "completed"
+	})
+	return task
 }
 
 // TestAHandlerWithoutTheKeyRepliesThroughMeshd is the handler contract of
@@ -225,16 +233,7 @@ exec meshd tasks status --message-id "done-$MESH_EVENT_ID" completed "done"
 	}
 	p := startMeshd(t, map[string]string{"PATH": filepath.Dir(meshdBinary(t)) + ":" + os.Getenv("PATH"), "MESH_API_KEY": keys["bob"], "MESH_API_URL": st.URL,
 		"MESH_STATE_DIR": t.TempDir(), "HOME": home, "MESH_MODE": "kafka"}, "run", "--", script)
-	alice := meshclient.New(st.URL, keys["alice"])
-	res, err := alice.Send(context.Background(), meshclient.SendRequest{To: "bob", Parts: textPart("ping")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var task meshclient.TaskDetail
-	eventually(t, 30*time.Second, "the task is completed", func() bool {
-		task, err = alice.GetTask(context.Background(), res.TaskID)
-		return err == nil && task.Status == "completed"
-	})
+	task := completedTask(t, st.URL, keys["alice"], "bob", "ping")
 	t.Run("the reply and the artifact reached the event's task", func(t *testing.T) {
 		var texts []string
 		for _, m := range task.Messages {
@@ -278,16 +277,24 @@ exec meshd tasks status --message-id "done-$MESH_EVENT_ID" completed "done"
 	}
 }
 
+// refusingURL is the URL of a local port that was just free and is closed
+// again, so a connection to it is refused at once: an API that is down.
+func refusingURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	return url
+}
+
 // TestAnUnreachableAPIIsNamedFirst: the first thing a command says when the
 // API does not answer names MESH_API_URL (after 1.5 s of silence, or at the
 // first refused attempt), then it counts the retries.
 func TestAnUnreachableAPIIsNamedFirst(t *testing.T) {
-	refused, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusedURL := "http://" + refused.Addr().String()
-	refused.Close()
+	refusedURL := refusingURL(t)
 	// A listener that never accepts: connections hang without an error.
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -333,12 +340,7 @@ func TestAnUnreachableAPIIsNamedFirst(t *testing.T) {
 // the bubble's clock by shared/meshd's
 // TestAStopWhileTheAPIDoesNotAnswerEndsRunWithinTheTokenGrace.
 func TestRunNamesAnUnreachableAPIAndStops(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	ln.Close()
+	url := refusingURL(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &testenv.Buffer{}

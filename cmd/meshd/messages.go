@@ -95,6 +95,34 @@ func (e *cliEnv) inHandler(ctx context.Context, extra func() error, do func(cont
 	return true, do(ctx, hc)
 }
 
+// printed prints the answer res of a call as JSON, or returns the call's
+// error.
+func (e *cliEnv) printed(res any, err error) error {
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, res)
+}
+
+// taskWriter is what reply, tasks status and artifact add call: meshd's
+// control channel (*meshd.HandlerClient) inside a handler run, the API
+// (*meshclient.Client) outside one.
+type taskWriter interface {
+	Reply(ctx context.Context, taskID string, req meshclient.ReplyRequest) (meshclient.SendResult, error)
+	UpdateStatus(ctx context.Context, taskID string, req meshclient.StatusRequest) (meshclient.StatusResult, error)
+	AddArtifact(ctx context.Context, taskID, name string, parts []mesh.Part, messageID string) (meshclient.ArtifactResult, error)
+}
+
+// writeTask runs do through meshd inside a handler run (inHandler), else
+// against the API with the command's own key (call), so each of those
+// commands states its call once.
+func (e *cliEnv) writeTask(ctx context.Context, extra func() error, do func(context.Context, taskWriter) error) error {
+	if ok, err := e.inHandler(ctx, extra, func(ctx context.Context, c *meshd.HandlerClient) error { return do(ctx, c) }); ok {
+		return err
+	}
+	return e.call(ctx, extra, func(ctx context.Context, c *meshclient.Client) error { return do(ctx, c) })
+}
+
 // text is the message text: the arguments, else stdin.
 func (e *cliEnv) text(args []string) ([]mesh.Part, error) {
 	text := strings.Join(args, " ")
@@ -130,11 +158,7 @@ func setupSend(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) err
 		}
 		var parts []mesh.Part
 		return e.call(ctx, func() (err error) { parts, err = e.text(args); return err }, func(ctx context.Context, c *meshclient.Client) error {
-			res, err := c.Send(ctx, meshclient.SendRequest{To: *to, Parts: parts, MessageID: *messageID, TaskID: *task, ContextID: *contextID})
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
+			return e.printed(c.Send(ctx, meshclient.SendRequest{To: *to, Parts: parts, MessageID: *messageID, TaskID: *task, ContextID: *contextID}))
 		})
 	}
 }
@@ -149,21 +173,8 @@ func setupReply(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) er
 		}
 		var parts []mesh.Part
 		readText := func() (err error) { parts, err = e.text(args); return err }
-		if ok, err := e.inHandler(ctx, readText, func(ctx context.Context, c *meshd.HandlerClient) error {
-			res, err := c.Reply(ctx, id, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
-		}); ok {
-			return err
-		}
-		return e.call(ctx, readText, func(ctx context.Context, c *meshclient.Client) error {
-			res, err := c.Reply(ctx, id, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID})
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
+		return e.writeTask(ctx, readText, func(ctx context.Context, c taskWriter) error {
+			return e.printed(c.Reply(ctx, id, meshclient.ReplyRequest{Parts: parts, MessageID: *messageID}))
 		})
 	}
 }
@@ -246,21 +257,8 @@ func setupArtifact(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string)
 		}
 		var parts []mesh.Part
 		readText := func() (err error) { parts, err = e.text(args[1:]); return err }
-		if ok, err := e.inHandler(ctx, readText, func(ctx context.Context, c *meshd.HandlerClient) error {
-			res, err := c.AddArtifact(ctx, id, args[0], parts, *messageID)
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
-		}); ok {
-			return err
-		}
-		return e.call(ctx, readText, func(ctx context.Context, c *meshclient.Client) error {
-			res, err := c.AddArtifact(ctx, id, args[0], parts, *messageID)
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
+		return e.writeTask(ctx, readText, func(ctx context.Context, c taskWriter) error {
+			return e.printed(c.AddArtifact(ctx, id, args[0], parts, *messageID))
 		})
 	}
 }

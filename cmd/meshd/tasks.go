@@ -10,7 +10,6 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
-	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 func taskCommands() []*command {
@@ -138,21 +137,8 @@ func setupTasksStatus(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []stri
 		if note := strings.Join(args[1:], " "); note != "" {
 			req.Message = &meshclient.StatusMessage{Parts: []mesh.Part{{Kind: "text", Text: note}}}
 		}
-		if ok, err := e.inHandler(ctx, nil, func(ctx context.Context, c *meshd.HandlerClient) error {
-			res, err := c.UpdateStatus(ctx, id, req)
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
-		}); ok {
-			return err
-		}
-		return e.call(ctx, nil, func(ctx context.Context, c *meshclient.Client) error {
-			res, err := c.UpdateStatus(ctx, id, req)
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, res)
+		return e.writeTask(ctx, nil, func(ctx context.Context, c taskWriter) error {
+			return e.printed(c.UpdateStatus(ctx, id, req))
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package accounts
+package accounts_test
 
 import (
 	"context"
@@ -6,19 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/identity"
 )
-
-// auditRows counts the audit rows of action on agentID by actor kind.
-func auditRows(t *testing.T, f *fixture, action, agentID, actorKind string) int {
-	t.Helper()
-	var n int
-	if err := f.s.DB.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM audit_log WHERE action = ? AND (agent_id = ? OR other_id = ? OR actor_id = ?) AND actor_kind = ?",
-		action, agentID, agentID, agentID, actorKind).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 func TestEveryChangeToTheGraphKeysAndPoliciesIsAudited(t *testing.T) {
 	f := newFixture(t)
@@ -77,7 +67,7 @@ func TestEveryChangeToTheGraphKeysAndPoliciesIsAudited(t *testing.T) {
 			return err
 		}},
 		{"changing a policy", identity.AuditPolicyChanged, identity.ActorAccount, func() error {
-			_, err := f.s.SetPolicy(ctx, ada.Account, "ada-bot", PolicyInput{FriendPolicy: identity.PolicyAccount})
+			_, err := f.s.SetPolicy(ctx, ada.Account, "ada-bot", accounts.PolicyInput{FriendPolicy: identity.PolicyAccount})
 			return err
 		}},
 	}
@@ -90,7 +80,7 @@ func TestEveryChangeToTheGraphKeysAndPoliciesIsAudited(t *testing.T) {
 			if n := auditRows(t, f, st.action, "ada-bot", st.actor); n != 1 {
 				t.Fatalf("%d rows", n)
 			}
-			entries, _, err := f.s.ListAudit(ctx, ada.Account, 0, MaxAuditPage)
+			entries, _, err := f.s.ListAudit(ctx, ada.Account, 0, accounts.MaxAuditPage)
 			if err != nil {
 				t.Fatal(err)
 			}

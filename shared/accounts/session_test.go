@@ -1,9 +1,12 @@
-package accounts
+package accounts_test
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountstest"
 )
 
 func TestASessionChecksItsTokenAndTheCSRFTokenOfWrites(t *testing.T) {
@@ -37,15 +40,15 @@ func TestASessionChecksItsTokenAndTheCSRFTokenOfWrites(t *testing.T) {
 func TestAnAccountKeepsAtMostMaxSessions(t *testing.T) {
 	f := newFixture(t)
 	first := f.account("ada@example.org", false)
-	for i := 0; i < MaxSessions; i++ {
+	for i := 0; i < accounts.MaxSessions; i++ {
 		f.clock.Advance(time.Second)
-		if _, _, err := f.s.SignIn(context.Background(), "ada@example.org", "correct horse battery", ""); err != nil {
+		if _, _, err := f.s.SignIn(context.Background(), "ada@example.org", accountstest.Password, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var n int
-	if err := f.s.DB.QueryRow("SELECT COUNT(*) FROM account_sessions WHERE account_id = ?", first.AccountID).Scan(&n); err != nil || n != MaxSessions {
-		t.Fatalf("%d sessions (%v), want %d", n, err, MaxSessions)
+	if err := f.s.DB.QueryRow("SELECT COUNT(*) FROM account_sessions WHERE account_id = ?", first.AccountID).Scan(&n); err != nil || n != accounts.MaxSessions {
+		t.Fatalf("%d sessions (%v), want %d", n, err, accounts.MaxSessions)
 	}
 	if _, err := f.s.Authenticate(context.Background(), first.token); !isCode(err, "not_signed_in") {
 		t.Fatalf("the oldest session still works: %v", err)

@@ -50,27 +50,16 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event, so the local stack cannot run it", f.LogicalID))
 		}
 	}
-	var missingHTTP, extraHTTP, missingJobs, extraJobs []string
-	for id := range wantHTTP {
-		if reg.HTTP[id] == nil {
-			missingHTTP = append(missingHTTP, id)
-		}
+	// What is registered, true where it is not nil.
+	handlers, jobs := map[string]bool{}, map[string]bool{}
+	for id, h := range reg.HTTP {
+		handlers[id] = h != nil
 	}
-	for id := range reg.HTTP {
-		if !wantHTTP[id] {
-			extraHTTP = append(extraHTTP, id)
-		}
+	for id, j := range reg.Jobs {
+		jobs[id] = j != nil
 	}
-	for id := range wantJobs {
-		if reg.Jobs[id] == nil {
-			missingJobs = append(missingJobs, id)
-		}
-	}
-	for id := range reg.Jobs {
-		if !wantJobs[id] {
-			extraJobs = append(extraJobs, id)
-		}
-	}
+	missingHTTP, extraHTTP := compareIDs(wantHTTP, handlers)
+	missingJobs, extraJobs := compareIDs(wantJobs, jobs)
 	add := func(ids []string, what string) {
 		if len(ids) > 0 {
 			sort.Strings(ids)
@@ -85,6 +74,22 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 		return fmt.Errorf("the local registry does not match template.yaml: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// compareIDs lists the ids wanted that are not registered (true in
+// registered), and the registered ids that are not wanted.
+func compareIDs(want, registered map[string]bool) (missing, extra []string) {
+	for id := range want {
+		if !registered[id] {
+			missing = append(missing, id)
+		}
+	}
+	for id := range registered {
+		if !want[id] {
+			extra = append(extra, id)
+		}
+	}
+	return missing, extra
 }
 
 // Stack serves a template's routes and fires its schedules.

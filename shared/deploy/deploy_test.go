@@ -294,20 +294,7 @@ func uniqueTopic(t *testing.T, brokers []string) string {
 
 func migrationRows(t *testing.T, db *mysql.DB) []string {
 	t.Helper()
-	rows, err := db.QueryContext(context.Background(), "SELECT CONCAT_WS(' ', version, name, applied_at) FROM schema_migrations ORDER BY version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
+	return mysqltest.Strings(t, db, "", "SELECT CONCAT_WS(' ', version, name, applied_at) FROM schema_migrations ORDER BY version")
 }
 
 func TestTheCustomResourceRefusesATemplateWrittenForOtherMigrations(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/seal"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 // dispFixture is a database, a real Kafka topic and a dispatcher wired to both.
@@ -34,8 +35,7 @@ type dispFixture struct {
 	topic   string
 	sealer  *seal.Sealer
 	prod    *kgo.Client
-	now     time.Time
-	mu      sync.Mutex
+	clock   *testenv.Clock // the dispatcher's time, moved on by the backoff tests
 	loadSeq atomic.Int64
 }
 
@@ -60,19 +60,7 @@ func newDispFixtureOn(t testing.TB, db *mysql.DB, brokers []string, partitions i
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	return &dispFixture{db: db, brokers: brokers, topic: topic, sealer: s, prod: prod, now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (f *dispFixture) clock() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *dispFixture) advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
+	return &dispFixture{db: db, brokers: brokers, topic: topic, sealer: s, prod: prod, clock: testenv.NewClockAt(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))}
 }
 
 func (f *dispFixture) dispatcher(p dispatch.Publisher, sink *metrics.Sink) *dispatch.Dispatcher {
@@ -82,7 +70,7 @@ func (f *dispFixture) dispatcher(p dispatch.Publisher, sink *metrics.Sink) *disp
 	if sink == nil {
 		sink = &metrics.Sink{W: &bytes.Buffer{}}
 	}
-	return &dispatch.Dispatcher{DB: f.db, Publisher: p, Topic: f.topic, Sealer: f.sealer, Clock: f.clock, Metrics: sink}
+	return &dispatch.Dispatcher{DB: f.db, Publisher: p, Topic: f.topic, Sealer: f.sealer, Clock: f.clock.Now, Metrics: sink}
 }
 
 // agents creates the agents with identity.CreateAgent (through
@@ -153,7 +141,7 @@ func (f *dispFixture) append(from, to, messageID string) error {
 	return f.db.InTx(context.Background(), func(tx *sql.Tx) error {
 		return outbox.Append(context.Background(), tx, []outbox.Event{{
 			Type: mesh.EventMessage, To: to, From: from, TaskID: "t-" + to, ContextID: "c-" + to,
-			MessageID: messageID, OccurredAt: f.clock(), Body: body,
+			MessageID: messageID, OccurredAt: f.clock.Now(), Body: body,
 		}})
 	})
 }
@@ -345,7 +333,7 @@ func TestDispatcher(t *testing.T) {
 				t.Fatalf("attempt %d: bob's events must all wait behind seq 1: %v", attempt, dl)
 			}
 			// Just before the backoff ends nothing is retried...
-			f.advance(backoff - time.Millisecond)
+			f.clock.Advance(backoff - time.Millisecond)
 			before := faulty.calls("bob")
 			if _, err := d.RunOnce(context.Background()); err != nil {
 				t.Fatal(err)
@@ -353,7 +341,7 @@ func TestDispatcher(t *testing.T) {
 			if faulty.calls("bob") != before {
 				t.Fatalf("attempt %d: bob retried before its %v backoff ended", attempt, backoff)
 			}
-			f.advance(time.Millisecond)
+			f.clock.Advance(time.Millisecond)
 			backoff *= 2
 		}
 		dl := f.deliveries(t, "bob")
@@ -397,7 +385,7 @@ func TestDispatcher(t *testing.T) {
 		if dl := f.deliveries(t, "bob"); dl["pending"] != 5 {
 			t.Fatalf("events must stay pending while Kafka is down: %v", dl)
 		}
-		f.advance(5 * time.Second)
+		f.clock.Advance(5 * time.Second)
 		f.drain(t, f.dispatcher(nil, nil))
 		if got := f.seqsOnKafka(t, 1, 5)["bob"]; fmt.Sprint(got) != "[1 2 3 4 5]" {
 			t.Fatalf("after recovery Kafka holds %v, want [1 2 3 4 5]", got)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -337,15 +338,9 @@ func StatusOf(k mesh.Kind) int {
 	return http.StatusInternalServerError
 }
 
-// Problem is an RFC 9457 problem document with the mesh's stable code.
-type Problem struct {
-	Type     string `json:"type"`
-	Title    string `json:"title"`
-	Status   int    `json:"status"`
-	Code     string `json:"code"`
-	Detail   string `json:"detail,omitempty"`
-	Instance string `json:"instance,omitempty"`
-}
+// Problem is an RFC 9457 problem document with the mesh's stable code: the
+// wire type of shared/api, which clients decode it with.
+type Problem = api.Problem
 
 // problem maps err to its problem document: the one place where an error
 // becomes a status. An unreachable database is a 503 with Retry-After, not a

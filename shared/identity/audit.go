@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // Actor kinds of the audit log.
@@ -78,9 +79,9 @@ func Audit(ctx context.Context, q Querier, def Actor, now time.Time, action, age
 	if otherID != "" {
 		other = otherID
 	}
-	if len(detail) > 500 {
-		detail = detail[:500]
-	}
+	// A VARCHAR(500) of utf8mb4: a cut through a character would make
+	// strict mode refuse the row and roll back the change it records.
+	detail = textlimit.Truncate(detail, 500)
 	_, err := q.ExecContext(ctx, insertAuditSQL, now, a.Kind, a.ID, action, agentID, other, detail)
 	return err
 }

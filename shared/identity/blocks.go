@@ -91,6 +91,9 @@ func (s *Service) UnblockAgent(ctx context.Context, caller, target string) error
 
 // ListBlocks returns a page of the agents caller blocked, by agent id.
 func (s *Service) ListBlocks(ctx context.Context, caller string, p Page) (api.BlockPage, error) {
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return api.BlockPage{}, err
+	}
 	rows, err := s.DB.QueryContext(ctx, `SELECT blocked_id, created_at FROM agent_blocks
 WHERE agent_id = ? AND blocked_id > ? ORDER BY blocked_id LIMIT ?`, caller, p.After, p.Limit+1)
 	if err != nil {

@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"context"
@@ -6,30 +6,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
-func countRows(t *testing.T, s *Service, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := s.DB.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func TestBlocks(t *testing.T) {
-	s, clock, _ := newTestService(t)
+	s, clock, _ := identitytest.NewService(t)
 	ctx := context.Background()
 	for _, id := range []string{"ann", "bob", "cat"} {
-		newAgent(t, s, id)
+		identitytest.NewAgent(t, s, id)
 	}
 	if _, _, err := s.AdminCreateFriendship(ctx, "ann", "bob"); err != nil {
 		t.Fatal(err)
 	}
 	reach := func(from, to string) bool {
 		t.Helper()
-		ok, err := CanCommunicate(ctx, s.DB, from, to)
+		ok, err := identity.CanCommunicate(ctx, s.DB, from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +45,7 @@ func TestBlocks(t *testing.T) {
 		if reach("ann", "bob") || reach("bob", "ann") {
 			t.Fatal("blocked pair can still communicate")
 		}
-		if n := countRows(t, s, "SELECT COUNT(*) FROM friendships WHERE agent_id IN ('ann', 'bob')"); n != 0 {
+		if n := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM friendships WHERE agent_id IN ('ann', 'bob')"); n != 0 {
 			t.Fatalf("%d friendship rows left", n)
 		}
 	})
@@ -65,7 +59,7 @@ func TestBlocks(t *testing.T) {
 		}
 	})
 	t.Run("the blocked agent's pending request is settled as rejected", func(t *testing.T) {
-		if n := countRows(t, s, "SELECT COUNT(*) FROM friend_requests WHERE from_agent = 'cat' AND to_agent = 'bob' AND status = 'rejected'"); n != 1 {
+		if n := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM friend_requests WHERE from_agent = 'cat' AND to_agent = 'bob' AND status = 'rejected'"); n != 1 {
 			t.Fatalf("%d rejected requests from cat", n)
 		}
 	})
@@ -82,7 +76,7 @@ func TestBlocks(t *testing.T) {
 		if err := s.BlockAgent(ctx, "bob", "nobody"); err != nil {
 			t.Fatal(err)
 		}
-		page, err := s.ListBlocks(ctx, "bob", Page{Limit: 10})
+		page, err := s.ListBlocks(ctx, "bob", identity.Page{Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,10 +104,10 @@ func TestBlocks(t *testing.T) {
 }
 
 func TestRejectedRequestsCoolDown(t *testing.T) {
-	s, clock, _ := newTestService(t)
+	s, clock, _ := identitytest.NewService(t)
 	ctx := context.Background()
-	newAgent(t, s, "ann")
-	newAgent(t, s, "bob")
+	identitytest.NewAgent(t, s, "ann")
+	identitytest.NewAgent(t, s, "bob")
 	req, _, err := s.SendFriendRequest(ctx, "ann", "bob")
 	if err != nil {
 		t.Fatal(err)

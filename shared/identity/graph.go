@@ -298,6 +298,9 @@ const MaxListedRequests = 500
 
 // ListFriendRequests returns pending requests to and from agentID.
 func (s *Service) ListFriendRequests(ctx context.Context, agentID string, incoming, outgoing bool) (FriendRequests, error) {
+	if err := s.takeReadRate(ctx, agentID); err != nil {
+		return FriendRequests{}, err
+	}
 	out := FriendRequests{Incoming: []FriendRequest{}, Outgoing: []FriendRequest{}}
 	var err error
 	if incoming {
@@ -357,10 +360,10 @@ func parseRequestID(id string) (int64, error) {
 	return n, nil
 }
 
-// AcceptFriendRequest lets the recipient accept a request. Accepting an
-// accepted request answers the same again; a rejected or withdrawn one is a
-// 409. Only the two parties learn that a request exists: anyone else gets 404.
-func (s *Service) AcceptFriendRequest(ctx context.Context, caller, requestID string) (FriendRequest, error) {
+// decideRequest runs decide, in one transaction after taking caller's rate,
+// on the friend request requestID, and returns the request as decide left
+// it. An id that is not a request id is a 404 before anything is read.
+func (s *Service) decideRequest(ctx context.Context, caller, requestID string, decide func(tx *sql.Tx, id int64, now time.Time) (FriendRequest, error)) (FriendRequest, error) {
 	id, err := parseRequestID(requestID)
 	if err != nil {
 		return FriendRequest{}, err
@@ -371,103 +374,118 @@ func (s *Service) AcceptFriendRequest(ctx context.Context, caller, requestID str
 		if err := TakeRate(ctx, tx, caller, now); err != nil {
 			return err
 		}
+		var err error
+		req, err = decide(tx, id, now)
+		return err
+	})
+	return req, err
+}
+
+// stillPending reports whether req waits for a decision. A request already
+// decided as decision answers the same again (false and no error); one
+// settled otherwise is a 409.
+func stillPending(req FriendRequest, decision string) (bool, error) {
+	switch req.Status {
+	case RequestPending:
+		return true, nil
+	case decision:
+		return false, nil
+	default:
+		return false, mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
+	}
+}
+
+// lockRequest reads the friend request id and locks its row until the
+// transaction ends; sql.ErrNoRows when there is none.
+func lockRequest(ctx context.Context, tx *sql.Tx, id int64) (FriendRequest, error) {
+	return scanRequest(tx.QueryRowContext(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
+FROM friend_requests WHERE request_id = ? FOR UPDATE`, id))
+}
+
+// AcceptFriendRequest lets the recipient accept a request. Accepting an
+// accepted request answers the same again; a rejected or withdrawn one is a
+// 409. Only the two parties learn that a request exists: anyone else gets 404.
+func (s *Service) AcceptFriendRequest(ctx context.Context, caller, requestID string) (FriendRequest, error) {
+	return s.decideRequest(ctx, caller, requestID, func(tx *sql.Tx, id int64, now time.Time) (req FriendRequest, err error) {
 		// Read the pair first (no lock) so the agents rows are locked before
 		// the request row, the order SendFriendRequest uses.
 		var from, to string
-		err := tx.QueryRowContext(ctx, "SELECT from_agent, to_agent FROM friend_requests WHERE request_id = ?", id).Scan(&from, &to)
+		err = tx.QueryRowContext(ctx, "SELECT from_agent, to_agent FROM friend_requests WHERE request_id = ?", id).Scan(&from, &to)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && caller != from && caller != to {
-			return errRequestNotFound
+			return req, errRequestNotFound
 		}
 		if err != nil {
-			return err
+			return req, err
 		}
 		if caller == from {
-			return mesh.Errorf(mesh.KindForbidden, "cannot_accept_own_request", "only the recipient can accept a friend request")
+			return req, mesh.Errorf(mesh.KindForbidden, "cannot_accept_own_request", "only the recipient can accept a friend request")
 		}
 		if !decidedByAccount(ctx) {
 			p, err := PolicyOf(ctx, tx, to)
 			if err != nil {
-				return err
+				return req, err
 			}
 			if p.FriendPolicy == PolicyAccount {
-				return errAccountApproval
+				return req, errAccountApproval
 			}
 		}
 		if _, err := lockPair(ctx, tx, from, to); err != nil {
-			return err
+			return req, err
 		}
-		if req, err = scanRequest(tx.QueryRowContext(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
-FROM friend_requests WHERE request_id = ? FOR UPDATE`, id)); err != nil {
-			return err
+		if req, err = lockRequest(ctx, tx, id); err != nil {
+			return req, err
 		}
-		switch req.Status {
-		case RequestAccepted:
-			return nil
-		case RequestPending:
-		default:
-			return mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
+		if pending, err := stillPending(req, RequestAccepted); !pending {
+			return req, err
 		}
 		if err := befriend(ctx, tx, agentActor(caller), from, to, now); err != nil {
-			return err
+			return req, err
 		}
 		req.Status, req.DecidedAt = RequestAccepted, &now
-		return nil
+		return req, nil
 	})
-	return req, err
 }
 
 // RejectFriendRequest lets the recipient reject a request, or the sender
 // withdraw it. Repeating the same decision answers the same again; any other
 // settled state is a 409.
 func (s *Service) RejectFriendRequest(ctx context.Context, caller, requestID string) (FriendRequest, error) {
-	id, err := parseRequestID(requestID)
-	if err != nil {
-		return FriendRequest{}, err
-	}
-	now := s.Now()
-	var req FriendRequest
-	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
-		if err := TakeRate(ctx, tx, caller, now); err != nil {
-			return err
-		}
-		req, err = scanRequest(tx.QueryRowContext(ctx, `SELECT request_id, from_agent, to_agent, status, created_at, decided_at
-FROM friend_requests WHERE request_id = ? FOR UPDATE`, id))
+	return s.decideRequest(ctx, caller, requestID, func(tx *sql.Tx, id int64, now time.Time) (req FriendRequest, err error) {
+		req, err = lockRequest(ctx, tx, id)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && caller != req.From && caller != req.To {
-			return errRequestNotFound
+			return req, errRequestNotFound
 		}
 		if err != nil {
-			return err
+			return req, err
 		}
 		want := RequestRejected
 		if caller == req.From {
 			want = RequestWithdrawn
 		}
-		switch req.Status {
-		case want:
-			return nil
-		case RequestPending:
-		default:
-			return mesh.Errorf(mesh.KindConflict, "request_not_pending", "the request was already %s", req.Status)
+		if pending, err := stillPending(req, want); !pending {
+			return req, err
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE friend_requests SET status = ?, decided_at = ? WHERE request_id = ?", want, now, id); err != nil {
-			return err
+			return req, err
 		}
 		action := AuditRequestRejected
 		if want == RequestWithdrawn {
 			action = AuditRequestWithdrawn
 		}
 		if err := Audit(ctx, tx, agentActor(caller), now, action, req.To, req.From, auditDetail("request %d from %s to %s", id, req.From, req.To)); err != nil {
-			return err
+			return req, err
 		}
 		req.Status, req.DecidedAt = want, &now
-		return nil
+		return req, nil
 	})
-	return req, err
 }
 
 // ListFriends returns a page of agentID's friends with their presence,
 // ordered by agent id.
 func (s *Service) ListFriends(ctx context.Context, agentID string, p Page) (api.FriendPage, error) {
+	if err := s.takeReadRate(ctx, agentID); err != nil {
+		return api.FriendPage{}, err
+	}
 	rows, err := s.DB.QueryContext(ctx, `SELECT a.agent_id, a.name, a.status, a.last_heartbeat_at, f.created_at
 FROM friendships f JOIN agents a ON a.agent_id = f.friend_id
 WHERE f.agent_id = ? AND f.friend_id > ? ORDER BY f.friend_id LIMIT ?`, agentID, p.After, p.Limit+1)

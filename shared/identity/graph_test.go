@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
@@ -13,12 +15,12 @@ import (
 // many times over: the agents-row locks serialise the pair, so every race
 // ends in a friendship with nothing left pending, never two pending requests.
 func TestCrossingRequestsBecomeFriends(t *testing.T) {
-	s, _, _ := newTestService(t)
+	s, _, _ := identitytest.NewService(t)
 	ctx := context.Background()
 	for i := 0; i < 20; i++ {
 		a, b := fmt.Sprintf("left-%d", i), fmt.Sprintf("right-%d", i)
-		newAgent(t, s, a)
-		newAgent(t, s, b)
+		identitytest.NewAgent(t, s, a)
+		identitytest.NewAgent(t, s, b)
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for j, pair := range [][2]string{{a, b}, {b, a}} {
@@ -35,7 +37,7 @@ func TestCrossingRequestsBecomeFriends(t *testing.T) {
 				t.Fatalf("round %d: %v", i, err)
 			}
 		}
-		if ok, _ := CanCommunicate(ctx, s.DB, a, b); !ok {
+		if ok, _ := identity.CanCommunicate(ctx, s.DB, a, b); !ok {
 			t.Fatalf("round %d: crossing requests did not make friends", i)
 		}
 		var pending int

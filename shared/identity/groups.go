@@ -88,6 +88,9 @@ func (s *Service) CreateGroup(ctx context.Context, caller, name string) (Group, 
 
 // ListGroups returns a page of the groups agentID belongs to, by group id.
 func (s *Service) ListGroups(ctx context.Context, agentID string, p Page) (api.GroupPage, error) {
+	if err := s.takeReadRate(ctx, agentID); err != nil {
+		return api.GroupPage{}, err
+	}
 	rows, err := s.DB.QueryContext(ctx, `SELECT g.group_id, g.name, g.owner_id, g.context_id, m.role,
   (SELECT COUNT(*) FROM group_members c WHERE c.group_id = g.group_id), g.created_at
 FROM group_members m JOIN mesh_groups g ON g.group_id = m.group_id
@@ -119,6 +122,9 @@ type Roster = api.Roster
 // presence, ordered by agent id. Only members may read it; for anyone else
 // the group does not exist.
 func (s *Service) GetRoster(ctx context.Context, caller, groupID string, p Page) (Roster, error) {
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return Roster{}, err
+	}
 	var r Roster
 	if !ValidGroupID(groupID) {
 		return r, errGroupNotFound

@@ -1,11 +1,13 @@
-package identity
+package identity_test
 
 import (
 	"context"
 	"testing"
 
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
 // Names are shown to other agents (rosters, profiles) and to operators: a
@@ -13,7 +15,7 @@ import (
 // is stored.
 func TestNamesMustBePrintable(t *testing.T) {
 	db, _ := mysqltest.New(t)
-	s := testService(t, db, newFakeClock().Now)
+	s := identitytest.Service(t, db, testenv.NewClock().Now)
 	ctx := context.Background()
 	if _, _, err := s.CreateAgent(ctx, "owner", "Owner"); err != nil {
 		t.Fatal(err)

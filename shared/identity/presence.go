@@ -159,6 +159,9 @@ type Me = api.Me
 
 // GetMe returns agentID's own profile.
 func (s *Service) GetMe(ctx context.Context, agentID string) (Me, error) {
+	if err := s.takeReadRate(ctx, agentID); err != nil {
+		return Me{}, err
+	}
 	var m Me
 	var hb sql.NullTime
 	var inst, stats sql.NullString
@@ -188,6 +191,9 @@ type AgentProfile = api.Agent
 // group mate). Anything else, existing or not, is the same 404, so the route
 // does not reveal which agents exist.
 func (s *Service) GetAgent(ctx context.Context, caller, id string) (AgentProfile, error) {
+	if err := s.takeReadRate(ctx, caller); err != nil {
+		return AgentProfile{}, err
+	}
 	var p AgentProfile
 	if !mesh.ValidAgentID(id) {
 		return p, errAgentNotFound

@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
@@ -13,7 +15,7 @@ import (
 // of agents_presence on a table shaped like production (most agents
 // inactive), and that it changes exactly the stale active and draining ones.
 func TestPresenceScannerUsesIndex(t *testing.T) {
-	s, clock, _ := newTestService(t)
+	s, clock, _ := identitytest.NewService(t)
 	ctx := context.Background()
 	now := clock.Now()
 	const total = 3000
@@ -51,10 +53,10 @@ func TestPresenceScannerUsesIndex(t *testing.T) {
 	}
 
 	const explain = "EXPLAIN UPDATE agents SET status = 'inactive' WHERE status IN ('active', 'draining') AND last_heartbeat_at < ? LIMIT 1000"
-	if explain != "EXPLAIN "+scanPresenceSQL {
+	if explain != "EXPLAIN "+identity.ScanPresenceSQL {
 		t.Fatal("the EXPLAIN statement no longer matches the scanner's statement")
 	}
-	plans := mysqltest.Explain(t, s.DB, scanPresenceSQL, now.Add(-PresenceTimeout))
+	plans := mysqltest.Explain(t, s.DB, identity.ScanPresenceSQL, now.Add(-identity.PresenceTimeout))
 	if len(plans) != 1 {
 		t.Fatalf("plan has %d rows: %+v", len(plans), plans)
 	}

@@ -18,6 +18,13 @@ const (
 	RateBurst     = 100
 )
 
+// takeReadRate spends one request of the caller's budget as its own
+// autocommit statement before a read: every read route pays, as every write
+// does inside its transaction.
+func (s *Service) takeReadRate(ctx context.Context, caller string) error {
+	return TakeRate(ctx, s.DB, caller, s.Now())
+}
+
 // TakeRate spends one request of agentID's budget with a single conditional
 // UPDATE. Inside a write transaction it adds no commit of its own, and a 429
 // rolls the whole transaction back.

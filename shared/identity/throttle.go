@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // A budget is a GCRA rate: one unit every Per, bursts of Burst.
@@ -56,13 +57,10 @@ func authThrottles(keyID, addr string) []throttle {
 	return out
 }
 
-// truncateBucket keeps a bucket id inside the column (64 characters).
+// truncateBucket keeps a bucket id inside the column (64 characters), on a
+// character boundary: a cut through one would make strict mode refuse the row.
 func truncateBucket(s string) string {
-	const room = 64 - len(addrBucket)
-	if len(s) > room {
-		return s[:room]
-	}
-	return s
+	return textlimit.Truncate(s, 64-len(addrBucket))
 }
 
 // checkThrottles answers 429 when any bucket has no unit left, without

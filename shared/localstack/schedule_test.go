@@ -1,26 +1,17 @@
 package localstack
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/dispatch"
-	"github.com/agentmesh/agentmesh/shared/samtemplate"
 )
 
 // On AWS and here alike, the dispatcher's scheduled runs must overlap (each
 // drains longer than the period) and each must have time for its last batch
 // after its budget (the timeout covers budget, a publish and the margin).
 func TestTheDispatcherScheduleCoversEverySecondOfEveryMinute(t *testing.T) {
-	root, err := samtemplate.FindRepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl, err := samtemplate.Load(filepath.Join(root, "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tpl, _ := repoTemplate(t)
 	for _, f := range tpl.Functions {
 		if f.LogicalID != "DispatcherFunction" {
 			continue

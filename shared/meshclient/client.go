@@ -51,6 +51,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // DefaultUserAgent identifies the client to the API.
@@ -340,6 +341,18 @@ func (c *Client) Send(ctx context.Context, req SendRequest) (SendResult, error) 
 	return res, err
 }
 
+// postToTask posts body to the route suffix of task taskID and decodes the
+// answer; op names the calling method in the error for a missing id. It is
+// retried: body carries its message_id, so the server applies it once.
+func postToTask[R any](ctx context.Context, c *Client, op, taskID, suffix string, body any) (R, error) {
+	var res R
+	if taskID == "" {
+		return res, errors.New("meshclient: " + op + " needs a task id")
+	}
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/" + url.PathEscape(taskID) + suffix, body: body, auth: true, retry: true}, &res)
+	return res, err
+}
+
 // ReplyRequest is POST /v1/tasks/{id}/messages. MessageID is minted by Reply
 // when empty.
 type ReplyRequest = api.ReplyRequest
@@ -347,14 +360,10 @@ type ReplyRequest = api.ReplyRequest
 // Reply adds a message to a task the agent takes part in (mesh_reply),
 // retried with one message_id like Send.
 func (c *Client) Reply(ctx context.Context, taskID string, req ReplyRequest) (SendResult, error) {
-	if taskID == "" {
-		return SendResult{}, errors.New("meshclient: Reply needs a task id")
-	}
 	if req.MessageID == "" {
 		req.MessageID = NewMessageID()
 	}
-	var res SendResult
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/" + url.PathEscape(taskID) + "/messages", body: req, auth: true, retry: true}, &res)
+	res, err := postToTask[SendResult](ctx, c, "Reply", taskID, "/messages", req)
 	if res.MessageID == "" && err == nil {
 		res.MessageID = req.MessageID
 	}
@@ -377,15 +386,10 @@ type StatusResult = api.StatusResult
 // UpdateStatus moves a task's state machine; an illegal move is an *APIError
 // with status 409. Retried with one message_id like Send.
 func (c *Client) UpdateStatus(ctx context.Context, taskID string, req StatusRequest) (StatusResult, error) {
-	if taskID == "" {
-		return StatusResult{}, errors.New("meshclient: UpdateStatus needs a task id")
-	}
 	if req.MessageID == "" {
 		req.MessageID = NewMessageID()
 	}
-	var res StatusResult
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/" + url.PathEscape(taskID) + "/status", body: req, auth: true, retry: true}, &res)
-	return res, err
+	return postToTask[StatusResult](ctx, c, "UpdateStatus", taskID, "/status", req)
 }
 
 // InboxPage is one page of GET /v1/inbox: events in seq order with the body
@@ -682,7 +686,7 @@ func decodeProblem(resp *http.Response, data []byte) *APIError {
 	ae.Code = "http_" + strconv.Itoa(resp.StatusCode)
 	excerpt := strings.TrimSpace(strings.ToValidUTF8(string(data), "?"))
 	if len(excerpt) > 200 {
-		excerpt = excerpt[:200] + "..."
+		excerpt = textlimit.Truncate(excerpt, 200) + "..."
 	}
 	ae.Detail = excerpt
 	return ae

@@ -93,6 +93,38 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// holdTokenFetches makes f hold every token request until open is called
+// or the client gives up on the request, and reports each request's
+// arrival on arrived. open is also a cleanup, registered after the
+// server's, so it runs before the server closes (cleanups run last first).
+func holdTokenFetches(t *testing.T, f *fakeAPI) (arrived <-chan struct{}, open func()) {
+	in := make(chan struct{}, 8)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	open = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	f.tokenGate = func(r *http.Request) {
+		in <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	return in, open
+}
+
+// tokenAsync asks c for a token on ctx in a goroutine, so the test can
+// hold the fetch at the server meanwhile, and returns where the error of
+// that call arrives.
+func tokenAsync(ctx context.Context, c *Client) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Token(ctx)
+		got <- err
+	}()
+	return got
+}
+
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Method + " " + r.URL.Path
 	body, _ := io.ReadAll(r.Body)
@@ -570,18 +602,7 @@ func TestAttemptTimeoutsAndLongPolls(t *testing.T) {
 
 func TestConcurrentTokenCallersShareOneFetchAndKeepTheirOwnContexts(t *testing.T) {
 	f, srv := newFakeAPI(t)
-	arrived := make(chan struct{}, 8)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	open := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(open) // before the server closes (cleanups run last first)
-	f.tokenGate = func(r *http.Request) {
-		arrived <- struct{}{}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}
+	arrived, open := holdTokenFetches(t, f)
 	c := New(srv.URL, "amk_good", fastRetry())
 	type result struct {
 		tok Token
@@ -597,11 +618,7 @@ func TestConcurrentTokenCallersShareOneFetchAndKeepTheirOwnContexts(t *testing.T
 	t.Run("a caller whose context is already cancelled returns its error at once", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		got := make(chan error, 1)
-		go func() {
-			_, err := c.Token(ctx)
-			got <- err
-		}()
+		got := tokenAsync(ctx, c)
 		if err := waitFor(t, got, "Token with a cancelled context returning"); !errors.Is(err, context.Canceled) {
 			t.Errorf("err %v, want context.Canceled", err)
 		}
@@ -609,11 +626,7 @@ func TestConcurrentTokenCallersShareOneFetchAndKeepTheirOwnContexts(t *testing.T
 	t.Run("a caller whose deadline passes while it waits for the shared fetch returns its error", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
-		got := make(chan error, 1)
-		go func() {
-			_, err := c.Token(ctx)
-			got <- err
-		}()
+		got := tokenAsync(ctx, c)
 		if err := waitFor(t, got, "Token returning at its deadline"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err %v, want context.DeadlineExceeded", err)
 		}
@@ -644,11 +657,7 @@ func TestATokenFetchNobodyWaitsForIsCancelled(t *testing.T) {
 	}
 	c := New(srv.URL, "amk_good", fastRetry())
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan error, 1)
-	go func() {
-		_, err := c.Token(ctx)
-		got <- err
-	}()
+	got := tokenAsync(ctx, c)
 	waitFor(t, arrived, "the fetch reaching the server")
 	cancel()
 	if err := waitFor(t, got, "Token returning after its cancel"); !errors.Is(err, context.Canceled) {
@@ -668,18 +677,7 @@ func TestATokenFetchNobodyWaitsForIsCancelled(t *testing.T) {
 
 func TestRefreshTokenDoesNotJoinAFetchStartedBeforeIt(t *testing.T) {
 	f, srv := newFakeAPI(t)
-	arrived := make(chan struct{}, 8)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	open := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(open)
-	f.tokenGate = func(r *http.Request) {
-		arrived <- struct{}{}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}
+	arrived, open := holdTokenFetches(t, f)
 	c := New(srv.URL, "amk_good", fastRetry())
 	old := make(chan error, 1)
 	go func() {

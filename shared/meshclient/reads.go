@@ -18,9 +18,7 @@ type FriendPage = api.FriendPage
 // ListFriends returns the agent's friends with agent id > after (at most
 // limit; 0 = the server's default).
 func (c *Client) ListFriends(ctx context.Context, after string, limit int) (FriendPage, error) {
-	var page FriendPage
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/friends", query: pageQuery(after, limit), auth: true, retry: true}, &page)
-	return page, err
+	return getPage[FriendPage](ctx, c, "/v1/friends", after, limit)
 }
 
 // Group is one entry of GET /v1/groups: a group the agent belongs to.
@@ -32,8 +30,14 @@ type GroupPage = api.GroupPage
 // ListGroups returns the groups the agent belongs to, paged like
 // ListFriends.
 func (c *Client) ListGroups(ctx context.Context, after string, limit int) (GroupPage, error) {
-	var page GroupPage
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/groups", query: pageQuery(after, limit), auth: true, retry: true}, &page)
+	return getPage[GroupPage](ctx, c, "/v1/groups", after, limit)
+}
+
+// getPage reads one page of the list at path: the entries with an id >
+// after, at most limit of them (0 = the server's default).
+func getPage[P any](ctx context.Context, c *Client, path, after string, limit int) (P, error) {
+	var page P
+	err := c.do(ctx, call{method: http.MethodGet, path: path, query: pageQuery(after, limit), auth: true, retry: true}, &page)
 	return page, err
 }
 

@@ -111,9 +111,7 @@ type Roster = api.Roster
 
 // Roster returns one page of a group's members (agent id > after).
 func (c *Client) Roster(ctx context.Context, groupID, after string, limit int) (Roster, error) {
-	var r Roster
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/groups/" + url.PathEscape(groupID) + "/roster", query: pageQuery(after, limit), auth: true, retry: true}, &r)
-	return r, err
+	return getPage[Roster](ctx, c, "/v1/groups/"+url.PathEscape(groupID)+"/roster", after, limit)
 }
 
 // GroupSendResult is the answer of a group send: one task per recipient.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/statedir"
 	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
@@ -59,7 +60,7 @@ func saveDeadLetter(dir string, dl DeadLetter, max int) ([]int64, error) {
 		return nil, err
 	}
 	ddir := DeadLetterDir(dir, dl.AgentID)
-	if err := WriteFileAtomic(ddir, deadLetterName(dl.Seq), data); err != nil {
+	if err := statedir.Put(ddir, deadLetterName(dl.Seq), data); err != nil {
 		return nil, err
 	}
 	seqs, err := deadLetterSeqs(ddir)
@@ -244,7 +245,7 @@ func RetryDeadLetter(ctx context.Context, cfg RetryConfig, seq int64) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(DeadLetterDir(cfg.StateDir, cfg.AgentID), deadLetterName(seq), data); err != nil {
+	if err := statedir.Put(DeadLetterDir(cfg.StateDir, cfg.AgentID), deadLetterName(seq), data); err != nil {
 		return err
 	}
 	return fmt.Errorf("meshd: seq %d failed again (it stays parked): %w", seq, herr)

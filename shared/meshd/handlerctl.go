@@ -77,8 +77,9 @@ type HandlerControl struct {
 
 	mu      sync.Mutex
 	cur     *grant
-	path    string // the socket, once listening
-	tmpDir  string // a private directory holding it, when dir's path was too long
+	path    string      // the socket, once listening
+	tmpDir  string      // a private directory holding it, when dir's path was too long
+	sock    os.FileInfo // the socket file this process made
 	srv     *http.Server
 	closed  bool
 	serveWG sync.WaitGroup
@@ -99,8 +100,10 @@ func NewHandlerControl(api *meshclient.Client, stateDir, agentID string, log *sl
 // the BSDs, 108 on Linux).
 const maxSocketPath = 100
 
-// listen creates the socket, mode 0600, once.
-func (c *HandlerControl) listen() (string, error) {
+// Listen creates the socket, mode 0600, once, and returns its path. Run
+// calls it at start, so a state dir that cannot hold a socket stops meshd
+// with a clear error instead of failing every event's handler.
+func (c *HandlerControl) Listen() (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -127,16 +130,29 @@ func (c *HandlerControl) listen() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("meshd: handler control socket: %w", err)
 	}
+	// Close removes the file itself, and only while it is ours: Go's own
+	// unlink on close would take a socket a later meshd made at this path.
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
 	// Only this user may connect; the capability guards each call anyway.
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
 		return "", fmt.Errorf("meshd: handler control socket: %w", err)
 	}
+	// Remember which file is ours: Close removes the path only while it is
+	// still this socket, never one a later meshd made in its place.
+	if fi, err := os.Lstat(path); err == nil {
+		c.sock = fi
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/reply", c.serveReply)
 	mux.HandleFunc("POST /v1/status", c.serveStatus)
 	mux.HandleFunc("POST /v1/artifact", c.serveArtifact)
-	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded like any server: a process the handler leaves behind cannot
+	// hold connections open.
+	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: controlCallTimeout + 15*time.Second, IdleTimeout: time.Minute}
 	c.path = path
 	c.serveWG.Add(1)
 	go func() {
@@ -150,7 +166,7 @@ func (c *HandlerControl) listen() (string, error) {
 func (c *HandlerControl) Close() error {
 	c.mu.Lock()
 	c.closed, c.cur = true, nil
-	srv, path, tmp := c.srv, c.path, c.tmpDir
+	srv, path, tmp, sock := c.srv, c.path, c.tmpDir, c.sock
 	c.mu.Unlock()
 	if srv == nil {
 		return nil
@@ -159,7 +175,9 @@ func (c *HandlerControl) Close() error {
 	defer cancel()
 	err := srv.Shutdown(ctx)
 	c.serveWG.Wait()
-	_ = os.Remove(path)
+	if fi, err := os.Lstat(path); err == nil && sock != nil && os.SameFile(fi, sock) {
+		_ = os.Remove(path)
+	}
 	if tmp != "" {
 		_ = os.RemoveAll(tmp)
 	}
@@ -186,7 +204,7 @@ func (g *grantingHandler) Check() error {
 }
 
 func (g *grantingHandler) Handle(ctx context.Context, env mesh.Envelope) error {
-	path, err := g.c.listen()
+	path, err := g.c.Listen()
 	if err != nil {
 		return err // transient: the socket may be creatable at the next attempt
 	}
@@ -206,9 +224,10 @@ func (g *grantingHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 	return g.h.Handle(context.WithValue(ctx, grantKey{}, grantCtx{socket: path, token: token}), env)
 }
 
-// authorize returns the live grant the request presents, or answers the
-// refusal itself.
-func (c *HandlerControl) authorize(w http.ResponseWriter, r *http.Request, taskID string) (grant, bool) {
+// authorize returns the live grant the request's bearer token presents, or
+// answers the refusal itself. It runs before the body is read: an unknown
+// caller gets nothing but the refusal.
+func (c *HandlerControl) authorize(w http.ResponseWriter, r *http.Request) (grant, bool) {
 	presented, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	c.mu.Lock()
 	cur := c.cur
@@ -218,27 +237,39 @@ func (c *HandlerControl) authorize(w http.ResponseWriter, r *http.Request, taskI
 			Detail: "the handler capability is unknown or its event's handler run has ended"})
 		return grant{}, false
 	}
-	if taskID == "" || taskID != cur.taskID {
-		writeProblem(w, &meshclient.APIError{Status: http.StatusForbidden, Code: CodeTaskNotThisEvent,
-			Detail: fmt.Sprintf("a handler may act only on its event's task (%q)", cur.taskID)})
-		return grant{}, false
-	}
 	return *cur, true
 }
+
+// forTask refuses a request for another task than the grant's event.
+func forTask(w http.ResponseWriter, g grant, taskID string) bool {
+	if taskID == "" || taskID != g.taskID {
+		writeProblem(w, &meshclient.APIError{Status: http.StatusForbidden, Code: CodeTaskNotThisEvent,
+			Detail: fmt.Sprintf("a handler may act only on its event's task (%q)", g.taskID)})
+		return false
+	}
+	return true
+}
+
+// maxControlBody bounds a control request: a reply, status note or artifact
+// is at most the API's message size (256 KiB by default) once sent on.
+const maxControlBody = 8 << 20
 
 // controlCallTimeout bounds the API call made for one control request.
 const controlCallTimeout = 30 * time.Second
 
-// serve decodes the request into req, checks the capability for the task
-// taskOf names, runs do with meshd's client and writes its result.
+// serve checks the capability, decodes the request into req, checks it is
+// for the grant's task (taskOf names it), runs do with meshd's client and writes its result.
 func serve[Req any](c *HandlerControl, w http.ResponseWriter, r *http.Request, taskOf func(Req) string, do func(context.Context, Req) (any, error)) {
+	g, ok := c.authorize(w, r)
+	if !ok {
+		return
+	}
 	var req Req
-	if err := json.NewDecoder(io.LimitReader(r.Body, 32<<20)).Decode(&req); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxControlBody)).Decode(&req); err != nil {
 		writeProblem(w, &meshclient.APIError{Status: http.StatusBadRequest, Code: "invalid_request", Detail: err.Error()})
 		return
 	}
-	g, ok := c.authorize(w, r, taskOf(req))
-	if !ok {
+	if !forTask(w, g, taskOf(req)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), controlCallTimeout)

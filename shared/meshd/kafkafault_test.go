@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/mesh"
-	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 // An in-process broker (kfake) lets the test cut Kafka fetches mid-run,
@@ -48,10 +47,7 @@ func TestDeliveryContinuesThroughAKafkaOutageAndRecovery(t *testing.T) {
 	e2 := f.api.add(mesh.EventMessage, "alice", "m2")
 	f.produce(f.record(e1), f.record(e2))
 	h := newRecorder()
-	r := f.start(h, func(c *meshd.Config) {
-		c.HeartbeatEvery = 50 * time.Millisecond
-		c.StallAfter = 300 * time.Millisecond
-	})
+	r := f.start(h, quickStalls)
 	h.waitFor(t, 2, 30*time.Second)
 
 	// Kafka goes away; the API keeps accepting messages.

@@ -248,6 +248,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// socket goes before the lock does.
 	ctl := NewHandlerControl(cfg.API, cfg.StateDir, r.agentID, r.log)
 	defer ctl.Close()
+	if _, err := ctl.Listen(); err != nil {
+		return err
+	}
 	r.cfg.Handler = ctl.Wrap(cfg.Handler)
 	said := make(chan struct{})
 	go r.sayWhatStopWaitsFor(ctx, said)

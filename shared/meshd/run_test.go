@@ -676,6 +676,14 @@ func TestAnEpochTheMeshDoesNotHandOutCostsOneRefresh(t *testing.T) {
 	}
 }
 
+// quickStalls makes meshd heartbeat every 50 ms and call its stream stalled
+// after 300 ms without records, so the catch-up through heartbeats that
+// the stall tests wait for comes within a second.
+func quickStalls(c *meshd.Config) {
+	c.HeartbeatEvery = 50 * time.Millisecond
+	c.StallAfter = 300 * time.Millisecond
+}
+
 func TestAMissingNewestEventIsCaughtUpThroughHeartbeats(t *testing.T) {
 	f := newFixture(t, true)
 	e1 := f.api.add(mesh.EventMessage, "alice", "m1")
@@ -683,10 +691,7 @@ func TestAMissingNewestEventIsCaughtUpThroughHeartbeats(t *testing.T) {
 	f.api.add(mesh.EventMessage, "alice", "m3") // committed, never on Kafka, nothing after it
 	f.produce(f.record(e1), f.record(e2))
 	h := newRecorder()
-	r := f.start(h, func(c *meshd.Config) {
-		c.HeartbeatEvery = 50 * time.Millisecond
-		c.StallAfter = 300 * time.Millisecond
-	})
+	r := f.start(h, quickStalls)
 	h.waitFor(t, 3, 30*time.Second)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ func ReadAgentFile(pkg, noun, path, agentID string, v any, owner func() string) 
 	return true, nil
 }
 
-// SaveState writes s to dir atomically (see WriteFileAtomic): a reader, or
+// SaveState writes s to dir atomically (statedir.Put): a reader, or
 // a restart after a crash at any point, sees either the old or the new
 // state, never a torn one.
 func SaveState(dir string, s State) error {
@@ -96,19 +96,8 @@ func SaveState(dir string, s State) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(dir, filepath.Base(StatePath(dir, s.AgentID)), data)
-}
-
-// WriteFileAtomic replaces dir/name with data durably and owner-only
-// (0600) through statedir.WriteFile: a reader, or a restart after a crash,
-// sees the old file or the whole new one. The directory is created (0700)
-// when missing.
-func WriteFileAtomic(dir, name string, data []byte) error {
-	if err := statedir.Make(dir); err != nil {
+	if err := statedir.Put(dir, filepath.Base(StatePath(dir, s.AgentID)), data); err != nil {
 		return fmt.Errorf("meshd: %w", err)
-	}
-	if err := statedir.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-		return fmt.Errorf("meshd: write %s: %w", name, err)
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func SaveCursor(dir string, c Cursor) error {
 	if err != nil {
 		return err
 	}
-	return meshd.WriteFileAtomic(dir, filepath.Base(CursorPath(dir, c.AgentID)), data)
+	return statedir.Put(dir, filepath.Base(CursorPath(dir, c.AgentID)), data)
 }
 
 // advanceCursor moves the persisted cursor of agentID to seq unless it is

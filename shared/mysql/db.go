@@ -86,8 +86,10 @@ func OpenWithCredentials(ctx context.Context, dsn string, creds Credentials) (*D
 }
 
 // txRetry spaces the retries of a transaction that hit a deadlock or a lock
-// wait: short, since the other transaction usually commits within ms.
-var txRetry = backoff.Policy{Base: 5 * time.Millisecond, Max: 80 * time.Millisecond, Jitter: 0.5}
+// wait: 10 ms doubling to 160 ms, half of it random, so the five retries
+// span 155-310 ms, long enough for a contending send, heartbeat or scanner
+// batch to commit.
+var txRetry = backoff.Policy{Base: 10 * time.Millisecond, Max: 160 * time.Millisecond, Jitter: 0.5}
 
 // InTx runs fn in one transaction and commits it. A deadlock or lock-wait
 // timeout (1213, 1205) rolls back and runs fn again from the start, so fn must

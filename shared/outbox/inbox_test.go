@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
@@ -77,6 +78,24 @@ func polling(entered chan struct{}) func(context.Context, time.Duration) error {
 	}
 }
 
+// waitingFor starts an hour's Wait for recipient's events after after and
+// returns once it has found nothing and is polling, so what the test does
+// next happens during the wait. It fails the test if the wait answers
+// before it polls.
+func waitingFor(t *testing.T, ctx context.Context, db *mysql.DB, recipient string, after int64) <-chan waitResult {
+	t.Helper()
+	entered := make(chan struct{})
+	done := startWait(ctx, Inbox{DB: db, Sleep: polling(entered)}, recipient, after, time.Hour)
+	select {
+	case <-entered:
+	case r := <-done:
+		t.Fatalf("the wait answered %+v, %v before it polled", r.page, r.err)
+	case <-time.After(answerWithin):
+		t.Fatalf("the wait never polled within %v", answerWithin)
+	}
+	return done
+}
+
 func TestInboxWait(t *testing.T) {
 	db, _ := mysqltest.New(t)
 	identitytest.Agents(t, db, "r", "other", "late")
@@ -134,15 +153,7 @@ func TestInboxWait(t *testing.T) {
 	t.Run("a wait canceled by the client answers with an empty page", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		entered := make(chan struct{})
-		done := startWait(cctx, Inbox{DB: db, Sleep: polling(entered)}, "r", 2, time.Hour)
-		select {
-		case <-entered:
-		case r := <-done:
-			t.Fatalf("the wait answered %+v, %v before it polled", r.page, r.err)
-		case <-time.After(answerWithin):
-			t.Fatalf("the wait never polled within %v", answerWithin)
-		}
+		done := waitingFor(t, cctx, db, "r", 2)
 		cancel()
 		r := answer(t, done, "the client canceled")
 		if r.err != nil || len(r.page.Events) != 0 || r.page.NextAfter != 2 || r.page.OldestSeq != 1 {
@@ -151,15 +162,7 @@ func TestInboxWait(t *testing.T) {
 	})
 
 	t.Run("a waiting request answers with an event that arrives during the wait", func(t *testing.T) {
-		entered := make(chan struct{})
-		done := startWait(ctx, Inbox{DB: db, Sleep: polling(entered)}, "late", 0, time.Hour)
-		select {
-		case <-entered:
-		case r := <-done:
-			t.Fatalf("the wait answered %+v, %v before it polled", r.page, r.err)
-		case <-time.After(answerWithin):
-			t.Fatalf("the wait never polled within %v", answerWithin)
-		}
+		done := waitingFor(t, ctx, db, "late", 0)
 		if err := appendIn(t, db, []Event{event("late", "1", `{"n":"late"}`)}); err != nil {
 			t.Fatal(err)
 		}

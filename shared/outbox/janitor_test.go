@@ -43,18 +43,7 @@ func TestJanitor(t *testing.T) {
 
 	j := Janitor{DB: db, Clock: func() time.Time { return now }, Retention: 7 * 24 * time.Hour, Batch: 2}
 	remaining := func() string {
-		rows, err := db.Query("SELECT CONCAT(recipient, seq) FROM outbox_events ORDER BY recipient, seq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			_ = rows.Scan(&s)
-			out = append(out, s)
-		}
-		return fmt.Sprint(out)
+		return fmt.Sprint(mysqltest.Strings(t, db, "", "SELECT CONCAT(recipient, seq) FROM outbox_events ORDER BY recipient, seq"))
 	}
 
 	t.Run("one batch deletes at most Batch rows and says there may be more", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/gofrs/flock"
 )
@@ -54,13 +55,29 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	return SyncDir(dir)
 }
 
+// Put writes a private file (0600) named name into dir through WriteFile,
+// first making dir (0700) when it is missing: how meshd and its MCP server
+// keep their state, run info, cursors and dead letters.
+func Put(dir, name string, data []byte) error {
+	if err := Make(dir); err != nil {
+		return err
+	}
+	if err := WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+	}
+	return nil
+}
+
 // SyncDir makes a rename or create in dir durable. Systems that cannot open
 // or sync a directory (Windows) return nil: there the rename is as durable
 // as the platform makes it.
 func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return nil
+		if runtime.GOOS == "windows" {
+			return nil
+		}
+		return err
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) && !errors.Is(err, os.ErrPermission) {

@@ -199,3 +199,22 @@ func TestLock(t *testing.T) {
 		u()
 	})
 }
+
+func TestPutMakesAPrivateDirectoryAndAPrivateFile(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("POSIX modes")
+	}
+	dir := filepath.Join(t.TempDir(), "state", "dead-letters")
+	if err := statedir.Put(dir, "7.json", []byte(`{"seq":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := modeOf(t, dir); m != 0o700 {
+		t.Errorf("the new directory is %v, want 0700", m)
+	}
+	if m := modeOf(t, filepath.Join(dir, "7.json")); m != 0o600 {
+		t.Errorf("the file is %v, want 0600", m)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "7.json")); err != nil || string(b) != `{"seq":7}` {
+		t.Fatalf("read back %q, %v", b, err)
+	}
+}

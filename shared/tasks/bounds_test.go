@@ -81,9 +81,7 @@ func TestDataNestedDeeperThan32LevelsIsRefusedOnEveryRouteAndTheInboxKeepsFlowin
 					if r.Status != 400 || r.code() != "too_deep" || r.Headers["Content-Type"] != "application/problem+json" {
 						t.Fatalf("got %d %s, want 400 too_deep problem+json", r.Status, r.Body)
 					}
-					if after := f.state(t); after != before {
-						t.Fatalf("a refused write changed the database: %+v -> %+v", before, after)
-					}
+					f.unchanged(t, before, "a refused write changed the database")
 				} else if r.Status != rt.okStatus {
 					t.Fatalf("32 levels: got %d %s, want %d", r.Status, r.Body, rt.okStatus)
 				}
@@ -348,9 +346,7 @@ func TestAGroupSendToMoreThanMaxFanoutMembersIsRefusedAndWritesNothing(t *testin
 	if r.Status != 413 || r.code() != "fanout_too_large" {
 		t.Fatalf("got %d %.300s, want 413 fanout_too_large", r.Status, r.Body)
 	}
-	if after := f.state(t); after != before {
-		t.Fatalf("a refused fan-out changed the database: %+v -> %+v", before, after)
-	}
+	f.unchanged(t, before, "a refused fan-out changed the database")
 	if _, err := f.db.Exec("DELETE FROM group_members WHERE group_id = 'all' AND agent_id = 'm00000'"); err != nil {
 		t.Fatal(err)
 	}

@@ -48,9 +48,7 @@ func TestASendNamingAContextItsPartiesDoNotShareIsRefused(t *testing.T) {
 				if r.code() != "context_mismatch" {
 					t.Fatalf("code %s", r.Body)
 				}
-				if after := f.state(t); after != before {
-					t.Fatalf("a refused send changed the database: %+v -> %+v", before, after)
-				}
+				f.unchanged(t, before, "a refused send changed the database")
 				return
 			}
 			var res tasks.SendResult

@@ -14,8 +14,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
-
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskstest"
 )
 
 // kebab turns a logical ID into its function directory and event name.
@@ -83,7 +83,7 @@ func TestSampleEventsRunThroughTheirHandlers(t *testing.T) {
 			// bounds it should nothing be waiting.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			out, err := httpapi.Lambda(tokenAuth{}, quiet, f.eps.Must(c.fn))(ctx, ev)
+			out, err := httpapi.Lambda(taskstest.TokenAuth{}, quiet, f.eps.Must(c.fn))(ctx, ev)
 			if err != nil || out.StatusCode != c.status {
 				t.Fatalf("got %d %s (%v), want %d", out.StatusCode, out.Body, err, c.status)
 			}

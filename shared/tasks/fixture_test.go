@@ -1,7 +1,6 @@
 package tasks_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,21 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
-
 	"github.com/agentmesh/agentmesh/shared/tasks"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskstest"
 )
 
 // fixture is a fresh database, a Service on it with a test clock, and an
 // HTTP-level caller that goes through the real middleware (httpapi.Lambda):
-// only authentication is replaced, by tokenAuth.
+// only authentication is replaced, by taskstest.TokenAuth.
 type fixture struct {
 	db  *mysql.DB
 	dsn string
@@ -38,7 +35,7 @@ type fixture struct {
 	frozen bool
 }
 
-var t0 = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+var t0 = taskstest.T0
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
@@ -97,32 +94,13 @@ func multiRow(stmt string, n int) string {
 // friends makes a and b friends (both directions, as identity stores it).
 func (f *fixture) friends(t testing.TB, a, b string) {
 	t.Helper()
-	if _, err := f.db.Exec("INSERT INTO friendships (agent_id, friend_id, created_at) VALUES (?, ?, ?), (?, ?, ?)", a, b, t0, b, a, t0); err != nil {
-		t.Fatal(err)
-	}
+	taskstest.Friends(t, f.db, a, b)
 }
 
-// group creates a group with its context and members.
+// group creates a group with its context and members; the first owns it.
 func (f *fixture) group(t testing.TB, groupID, contextID string, members ...string) {
 	t.Helper()
-	if _, err := f.db.Exec("INSERT INTO mesh_groups (group_id, name, owner_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)",
-		groupID, groupID, members[0], contextID, t0); err != nil {
-		t.Fatal(err)
-	}
-	for start := 0; start < len(members); start += 500 {
-		chunk := members[start:min(start+500, len(members))]
-		var args []any
-		for i, m := range chunk {
-			role := "member"
-			if start+i == 0 {
-				role = "owner"
-			}
-			args = append(args, groupID, m, role, t0)
-		}
-		if _, err := f.db.Exec(multiRow("INSERT INTO group_members (group_id, agent_id, role, joined_at) VALUES (?, ?, ?, ?)", len(chunk)), args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	taskstest.Group(t, f.db, groupID, contextID, members...)
 }
 
 // taskIn inserts a task between initiator and recipient in a given state.
@@ -133,19 +111,6 @@ func (f *fixture) taskIn(t testing.TB, taskID, initiator, recipient, status stri
 		t.Fatal(err)
 	}
 }
-
-// tokenAuth stands in for identity's JWT check: the bearer token is the
-// agent id. Authentication is identity's subject and tested there.
-type tokenAuth struct{}
-
-func (tokenAuth) AuthenticateAgent(_ context.Context, token string) (httpapi.Caller, error) {
-	if !mesh.ValidAgentID(token) {
-		return httpapi.Caller{}, mesh.ErrUnauthorized
-	}
-	return httpapi.Caller{AgentID: token, KeyID: "test"}, nil
-}
-
-func (tokenAuth) AuthenticateAdmin(context.Context, string) error { return mesh.ErrUnauthorized }
 
 // response is one HTTP answer.
 type response struct {
@@ -191,37 +156,16 @@ func (f *fixture) call(t testing.TB, r req) response {
 
 func callEndpoint(t testing.TB, eps httpapi.Endpoints, r req) response {
 	t.Helper()
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: r.method + " " + r.path, RawPath: r.path,
-		Headers:               map[string]string{"content-type": "application/json"},
-		PathParameters:        r.params,
-		QueryStringParameters: r.query,
-	}
-	if r.caller != "" {
-		ev.Headers["authorization"] = "Bearer " + r.caller
-	}
-	for k, v := range r.headers {
-		if v == "" {
-			delete(ev.Headers, k)
-		} else {
-			ev.Headers[k] = v
-		}
-	}
-	switch b := r.body.(type) {
-	case nil:
-	case string:
-		ev.Body = b
-	default:
-		raw, err := json.Marshal(b)
+	body, ok := r.body.(string)
+	if !ok && r.body != nil {
+		raw, err := json.Marshal(r.body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev.Body = string(raw)
+		body = string(raw)
 	}
-	out, err := httpapi.Lambda(tokenAuth{}, quiet, eps.Must(r.fn))(context.Background(), ev)
-	if err != nil {
-		t.Fatalf("%s: %v", r.fn, err)
-	}
+	out := taskstest.Call(t, eps, taskstest.Request{Fn: r.fn, Caller: r.caller, Method: r.method, Path: r.path,
+		Params: r.params, Query: r.query, Body: body, Headers: r.headers})
 	return response{Status: out.StatusCode, Headers: out.Headers, Body: []byte(out.Body)}
 }
 
@@ -303,11 +247,18 @@ func (f *fixture) inboxAfter(t testing.TB, caller string, after int64) inboxPage
 
 func (f *fixture) count(t testing.TB, query string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := f.db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
+	return mysqltest.Count(t, f.db, query, args...)
+}
+
+// counts checks that each query (a COUNT or a single number) returns the
+// number it maps to, and reports every one that does not.
+func (f *fixture) counts(t testing.TB, want map[string]int) {
+	t.Helper()
+	for q, n := range want {
+		if got := f.count(t, q); got != n {
+			t.Errorf("%s = %d, want %d", q, got, n)
+		}
 	}
-	return n
 }
 
 // dbState summarises everything a write could change except rate tokens;
@@ -331,6 +282,15 @@ func (f *fixture) state(t testing.TB) dbState {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// unchanged fails the test, saying what did it, when the database is no
+// longer in state before: what ran since then must not have written.
+func (f *fixture) unchanged(t testing.TB, before dbState, what string) {
+	t.Helper()
+	if after := f.state(t); after != before {
+		t.Fatalf("%s: %+v -> %+v", what, before, after)
+	}
 }
 
 // events returns every event of recipient in seq order, paging the inbox.

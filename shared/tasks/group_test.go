@@ -51,9 +51,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 		if seenTasks != 0 || seenEvents != 0 {
 			t.Fatalf("before the commit another connection saw %d tasks and %d events", seenTasks, seenEvents)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("the failed fan-out left rows: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "the failed fan-out left rows")
 	})
 
 	t.Run("the fan-out creates one two-party task and one event per other member", func(t *testing.T) {
@@ -75,7 +73,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 		if _, self := taskOf[sender]; self || len(taskOf) != 999 {
 			t.Fatalf("the tasks go to %d distinct members (sender included: %v)", len(taskOf), self)
 		}
-		checks := map[string]int{
+		f.counts(t, map[string]int{
 			"SELECT COUNT(*) FROM tasks WHERE group_id = 'big' AND context_id = 'ctx-big' AND initiator = 'm0000' AND status = 'submitted'": 999,
 			"SELECT COUNT(DISTINCT recipient) FROM tasks WHERE group_id = 'big'":                                                            999,
 			"SELECT COUNT(*) FROM task_messages WHERE message_id = 'all-hands' AND sender = 'm0000'":                                        999,
@@ -83,12 +81,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 			"SELECT COUNT(*) FROM inbox_counters WHERE last_seq = 1":                                                                        999,
 			"SELECT last_seq FROM inbox_counters WHERE recipient = 'm0000'":                                                                 0,
 			"SELECT COUNT(DISTINCT occurred_at) FROM outbox_events":                                                                         1,
-		}
-		for q, want := range checks {
-			if got := f.count(t, q); got != want {
-				t.Errorf("%s = %d, want %d", q, got, want)
-			}
-		}
+		})
 		evs := f.events(t, "m0500")
 		if len(evs) != 1 || evs[0].TaskID != taskOf["m0500"] || evs[0].GroupID != "big" || evs[0].From != sender {
 			t.Fatalf("m0500's events: %+v", evs)
@@ -109,9 +102,7 @@ func TestGroupFanoutOfAThousandMembersIsOneTransaction(t *testing.T) {
 		if r.Status != 202 || len(res.Tasks) != 999 {
 			t.Fatalf("got %d with %d tasks", r.Status, len(res.Tasks))
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("the retry wrote: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "the retry wrote")
 	})
 
 	t.Run("a member's reply goes back to the sender only", func(t *testing.T) {
@@ -157,9 +148,7 @@ func TestGroupFanoutLimits(t *testing.T) {
 		if r.Status != 413 || r.code() != "fanout_too_large" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("state changed: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "state changed")
 	})
 }
 

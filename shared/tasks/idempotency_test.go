@@ -28,7 +28,7 @@ func TestIdempotentWrites(t *testing.T) {
 				t.Fatalf("answer %d: %d %s; answer 0: %s", i, a.Status, a.Body, answers[0].Body)
 			}
 		}
-		checks := map[string]int{
+		f.counts(t, map[string]int{
 			"SELECT COUNT(*) FROM tasks":                                             1,
 			"SELECT COUNT(*) FROM task_messages WHERE message_id = 'retry-me'":       1,
 			"SELECT COUNT(*) FROM outbox_events WHERE message_id = 'retry-me'":       1,
@@ -36,12 +36,7 @@ func TestIdempotentWrites(t *testing.T) {
 			"SELECT last_seq FROM inbox_counters WHERE recipient = 'bob'":            1,
 			"SELECT COUNT(*) FROM outbox_events WHERE recipient = 'bob' AND seq = 1": 1,
 			"SELECT COUNT(*) FROM outbox_events WHERE recipient = 'alice'":           0,
-		}
-		for q, want := range checks {
-			if got := f.count(t, q); got != want {
-				t.Errorf("%s = %d, want %d", q, got, want)
-			}
-		}
+		})
 	})
 
 	t.Run("the same message_id with other content is a 409 that writes nothing", func(t *testing.T) {
@@ -52,9 +47,7 @@ func TestIdempotentWrites(t *testing.T) {
 		if r.Status != 409 || r.code() != "message_id_conflict" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("state changed: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "state changed")
 	})
 
 	t.Run("the same message_id on another route is a 409", func(t *testing.T) {

@@ -281,8 +281,6 @@ func TestAGroupSendSkipsMembersOnEitherSideOfABlock(t *testing.T) {
 		if r.Status != 422 || r.code() != "no_recipients" {
 			t.Fatalf("got %d %s", r.Status, r.Body)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("state changed: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "state changed")
 	})
 }

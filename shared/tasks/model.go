@@ -14,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/jsonlimit"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
 
 // The read routes answer with shared/api's wire types; the event bodies
@@ -286,7 +287,7 @@ func checkMediaType(mt string, required bool) error {
 
 func quote(s string) string {
 	if len(s) > 32 {
-		s = s[:32] + "..."
+		s = textlimit.Truncate(s, 32) + "..."
 	}
 	b, _ := json.Marshal(s)
 	return string(b)

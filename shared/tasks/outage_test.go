@@ -68,9 +68,7 @@ func TestAnUnreachableDatabaseAnswers503WithRetryAfterAndWritesResumeWhenItIsBac
 			}
 		})
 	}
-	if after := f.state(t); after != before {
-		t.Fatalf("the outage changed the database: %+v -> %+v", before, after)
-	}
+	f.unchanged(t, before, "the outage changed the database")
 
 	proxy.Restore()
 	t.Run("writes succeed again once the database is back", func(t *testing.T) {

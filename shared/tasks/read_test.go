@@ -39,9 +39,7 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 		if r.Status != 403 || r.code() != "not_task_recipient" {
 			t.Fatalf("initiator's artifact: %d %s", r.Status, r.Body)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("a refused artifact wrote: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "a refused artifact wrote")
 		r = f.artifact(t, "bob", task.TaskID, tasks.ArtifactRequest{Name: "summary.md", Parts: text("# Summary"), MessageID: "art-1"})
 		if r.Status != 201 {
 			t.Fatalf("recipient's artifact: %d %s", r.Status, r.Body)
@@ -143,9 +141,7 @@ func TestRepliesArtifactsAndGetTask(t *testing.T) {
 		if r := f.artifact(t, "bob", task.TaskID, tasks.ArtifactRequest{Name: "late.txt", Parts: text("late")}); r.Status != 409 || r.code() != "task_terminal" {
 			t.Fatalf("artifact: %d %s", r.Status, r.Body)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("state changed: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "state changed")
 	})
 }
 

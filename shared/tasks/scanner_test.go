@@ -108,9 +108,7 @@ func TestTaskScanner(t *testing.T) {
 		if err := f.svc.ScanIdleTasks(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if after := f.state(t); after != before {
-			t.Fatalf("state changed: %+v -> %+v", before, after)
-		}
+		f.unchanged(t, before, "state changed")
 	})
 }
 
@@ -140,7 +138,7 @@ func TestTwoScannersAtOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	checks := map[string]int{
+	f.counts(t, map[string]int{
 		"SELECT COUNT(*) FROM tasks WHERE task_id LIKE 'idle-%' AND status = 'failed'": n,
 		"SELECT COUNT(*) FROM tasks WHERE task_id = 'fresh' AND status = 'working'":    1,
 		"SELECT COUNT(*) FROM outbox_events":                                           2 * n,
@@ -148,10 +146,5 @@ func TestTwoScannersAtOnce(t *testing.T) {
 		"SELECT COALESCE(SUM(last_seq), 0) FROM inbox_counters":                        2 * n,
 		// Gapless: each recipient's seqs are exactly 1..last_seq.
 		"SELECT COUNT(*) FROM inbox_counters c WHERE c.last_seq <> (SELECT COUNT(*) FROM outbox_events e WHERE e.recipient = c.recipient AND e.seq BETWEEN 1 AND c.last_seq)": 0,
-	}
-	for q, want := range checks {
-		if got := f.count(t, q); got != want {
-			t.Errorf("%s = %d, want %d", q, got, want)
-		}
-	}
+	})
 }

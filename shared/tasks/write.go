@@ -499,10 +499,6 @@ func (s *Service) SendToGroup(ctx context.Context, caller, groupID string, req G
 		if len(members) == 0 {
 			return GroupSendResult{}, mesh.Errorf(mesh.KindUnprocessable, "no_recipients", "no other member of this group can be reached")
 		}
-		if len(members) > MaxFanoutMembers {
-			return GroupSendResult{}, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
-				"the group has %d other members; a group send reaches at most %d", len(members), MaxFanoutMembers)
-		}
 		if total := len(parts) * len(members); total > s.MaxFanoutBytes {
 			return GroupSendResult{}, mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
 				"%d bytes to %d members is %d bytes; a group send may write at most %d", len(parts), len(members), total, s.MaxFanoutBytes)
@@ -577,6 +573,11 @@ func reachableMembers(ctx context.Context, tx *sql.Tx, groupID, caller string) (
 	if err != nil {
 		return nil, err
 	}
+	// Refused before any member row is locked: a huge group must not hold
+	// every member's heartbeat to answer 413.
+	if len(others) > MaxFanoutMembers {
+		return nil, errFanoutMembers(len(others))
+	}
 	// The agents rows before agent_blocks, as identity.CanCommunicate
 	// does: a block between the caller and a member holds both rows.
 	if err := identity.LockAgents(ctx, tx, append([]string{caller}, others...)); err != nil {
@@ -599,6 +600,13 @@ func reachableMembers(ctx context.Context, tx *sql.Tx, groupID, caller string) (
 		}
 	}
 	return members, nil
+}
+
+// errFanoutMembers refuses a group send to more members than one answer
+// (one task each) and one transaction may hold.
+func errFanoutMembers(n int) error {
+	return mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
+		"the group has %d other members; a group send reaches at most %d", n, MaxFanoutMembers)
 }
 
 func queryStrings(ctx context.Context, q identity.Querier, query string, args ...any) ([]string, error) {

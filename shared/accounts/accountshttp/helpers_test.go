@@ -7,49 +7,37 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountstest"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
-	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
-	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
-	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
-const testAdminKey = "test-admin-key-0123456789abcdef0123456789"
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
+// fixture is the accounts service of accountstest and its routes, called
+// through the real middleware.
 type fixture struct {
 	t     *testing.T
 	s     *accounts.Service
-	clock *clock
+	clock *testenv.Clock
 	eps   httpapi.Endpoints
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	db, _ := mysqltest.New(t)
-	c := &clock{now: time.Date(2026, 3, 12, 10, 0, 0, 0, time.UTC)}
-	id := &identity.Service{DB: db, Clock: c.Now, AdminKey: testAdminKey, TokenTTL: time.Hour}
-	ts := &tasks.Service{DB: db, Clock: c.Now}
-	s := &accounts.Service{DB: db, Identity: id, Tasks: ts, Clock: c.Now}
+	s, c := accountstest.NewService(t)
 	return &fixture{t: t, s: s, clock: c, eps: Endpoints(s)}
+}
+
+// auditRows counts the audit rows of action on agentID by actor kind.
+func auditRows(t *testing.T, f *fixture, action, agentID, actorKind string) int {
+	t.Helper()
+	return accountstest.AuditRows(t, f.s.DB, action, agentID, actorKind)
 }
 
 // req is one call of an account or admin route.
@@ -108,7 +96,7 @@ func (f *fixture) call(r req) resp {
 		headers["x-csrf-token"] = r.csrf
 	}
 	if r.admin {
-		headers["authorization"] = "Bearer " + testAdminKey
+		headers["authorization"] = "Bearer " + identitytest.AdminKey
 	}
 	out, err := httpapi.Lambda(identityhttp.Authenticator(f.s.Identity), slog.New(slog.NewTextHandler(io.Discard, nil)), ep)(context.Background(), ev)
 	if err != nil {
@@ -127,17 +115,14 @@ type signedIn struct {
 func (f *fixture) account(email string, operator bool) signedIn {
 	f.t.Helper()
 	r := f.call(req{fn: "AdminCreateAccountFunction", method: http.MethodPost, admin: true,
-		body: map[string]any{"email": email, "password": "correct horse battery", "operator": operator}})
+		body: map[string]any{"email": email, "password": accountstest.Password, "operator": operator}})
 	if r.status != http.StatusCreated {
 		f.t.Fatalf("create account: %d %s", r.status, r.body)
 	}
 	var a accounts.Account
 	_ = json.Unmarshal([]byte(r.body), &a)
-	out, token, err := f.s.SignIn(context.Background(), email, "correct horse battery", "")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return signedIn{Account: a, token: token, csrf: out.CSRFToken}
+	token, csrf := accountstest.SignIn(f.t, f.s, email)
+	return signedIn{Account: a, token: token, csrf: csrf}
 }
 
 // cookieToken is the session token of a Set-Cookie value.

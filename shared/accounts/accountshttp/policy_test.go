@@ -8,17 +8,6 @@ import (
 	"github.com/agentmesh/agentmesh/shared/identity"
 )
 
-// auditRows counts the audit rows of action on agentID by actor kind.
-func auditRows(t *testing.T, f *fixture, action, agentID, actorKind string) int {
-	t.Helper()
-	var n int
-	if err := f.s.DB.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM audit_log WHERE action = ? AND (agent_id = ? OR other_id = ? OR actor_id = ?) AND actor_kind = ?",
-		action, agentID, agentID, agentID, actorKind).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func TestAnAccountApprovalPolicyLeavesTheDecisionToTheAccount(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 // The callers of the authorization matrix.
@@ -48,7 +50,7 @@ func buildWorld(t *testing.T, s *identity.Service, n int) *world {
 		keys: map[string]string{}, tokens: map[string]string{},
 	}
 	for _, id := range []string{w.T, w.F, w.M, w.S, w.X} {
-		w.keys[id], w.tokens[id] = newAgent(t, s, id)
+		w.keys[id], w.tokens[id] = identitytest.NewAgent(t, s, id)
 	}
 	w.TKeyID = w.keys[w.T][len(apiKeyPrefix) : len(apiKeyPrefix)+apiKeyIDLen]
 	if _, _, err := s.AdminCreateFriendship(ctx, w.T, w.F); err != nil {
@@ -83,7 +85,7 @@ func buildWorld(t *testing.T, s *identity.Service, n int) *world {
 	exp := signToken(t, w.T, w.TKeyID, s.Now().Add(-2*time.Hour), s.TokenTTL)
 	w.auth = map[string]string{
 		self: bearer(w.tokens[w.T]), friend: bearer(w.tokens[w.F]), mate: bearer(w.tokens[w.M]), stranger: bearer(w.tokens[w.S]),
-		admin: bearer(testAdminKey), noToken: "", expired: bearer(exp),
+		admin: bearer(identitytest.AdminKey), noToken: "", expired: bearer(exp),
 		tampered: bearer(tamper(t, w.tokens[w.T], w.S)), revoked: bearer(tok2.Token),
 	}
 	return w
@@ -144,7 +146,7 @@ func fixed(s string) func(*world, string) string { return func(*world, string) s
 var authzRoutes = []authzRoute{
 	{name: "AuthTokenFunction", params: none, body: func(w *world, c string) string {
 		key := map[string]string{self: w.keys[w.T], friend: w.keys[w.F], mate: w.keys[w.M], stranger: w.keys[w.S],
-			admin: testAdminKey, noToken: "", expired: strings.TrimPrefix(w.auth[expired], "Bearer "),
+			admin: identitytest.AdminKey, noToken: "", expired: strings.TrimPrefix(w.auth[expired], "Bearer "),
 			tampered: w.keys[w.T][:len(w.keys[w.T])-1] + flip(w.keys[w.T][len(w.keys[w.T])-1]), revoked: w.keys[revoked]}[c]
 		return fmt.Sprintf(`{"api_key":%q}`, key)
 	}, want: map[string]int{self: 200, friend: 200, mate: 200, stranger: 200, admin: 401, noToken: 401, expired: 401, tampered: 401, revoked: 401}},
@@ -224,21 +226,7 @@ func wantAuthCode(r authzRoute, caller string) string {
 // snapshot checksums the tables a refused request must not change.
 func snapshot(t *testing.T, s *identity.Service) string {
 	t.Helper()
-	rows, err := s.DB.Query("CHECKSUM TABLE agents, api_keys, friendships, friend_requests, mesh_groups, group_members")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var table string
-		var sum *int64
-		if err := rows.Scan(&table, &sum); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%s=%v", table, *sum))
-	}
-	return strings.Join(out, ",")
+	return strings.Join(mysqltest.Strings(t, s.DB, "=", "CHECKSUM TABLE agents, api_keys, friendships, friend_requests, mesh_groups, group_members"), ",")
 }
 
 // TestAuthorizationMatrix drives every route of identity through the real
@@ -246,7 +234,7 @@ func snapshot(t *testing.T, s *identity.Service) string {
 // checks the status, the content type, the problem code of refused
 // credentials, and that no refused request changed anything.
 func TestAuthorizationMatrix(t *testing.T) {
-	s, _, _ := newTestService(t)
+	s, _, _ := identitytest.NewService(t)
 	routes := templateRoutes(t)
 
 	covered := map[string]bool{}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 // jsonShape is the set of keys of a JSON object and the JSON kind of each.
@@ -36,23 +38,14 @@ func jsonShape(t *testing.T, body string) map[string]string {
 	return shape
 }
 
-func countRows(t *testing.T, s *identity.Service, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := s.DB.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // An agent id cannot be probed through friend requests: unknown ids, ids
 // that blocked the sender and real ids all answer 201 with the same shape,
 // and only the real one is stored.
 func TestFriendRequestsRevealNothing(t *testing.T) {
-	s, clock, _ := newTestService(t)
-	_, ann := newAgent(t, s, "ann")
-	_, _ = newAgent(t, s, "bob")
-	_, _ = newAgent(t, s, "cat")
+	s, clock, _ := identitytest.NewService(t)
+	_, ann := identitytest.NewAgent(t, s, "ann")
+	_, _ = identitytest.NewAgent(t, s, "bob")
+	_, _ = identitytest.NewAgent(t, s, "cat")
 	if err := s.BlockAgent(context.Background(), "cat", "ann"); err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +77,10 @@ func TestFriendRequestsRevealNothing(t *testing.T) {
 		})
 	}
 	t.Run("nothing is stored for an unknown id or a blocking agent", func(t *testing.T) {
-		if n := countRows(t, s, "SELECT COUNT(*) FROM friend_requests WHERE to_agent IN ('nobody', 'cat')"); n != 0 {
+		if n := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM friend_requests WHERE to_agent IN ('nobody', 'cat')"); n != 0 {
 			t.Fatalf("%d rows stored", n)
 		}
-		if n := countRows(t, s, "SELECT COUNT(*) FROM friend_requests WHERE to_agent = 'bob'"); n != 1 {
+		if n := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM friend_requests WHERE to_agent = 'bob'"); n != 1 {
 			t.Fatalf("%d rows for the real request, want 1", n)
 		}
 	})

@@ -19,22 +19,14 @@ import (
 // Endpoints returns every HTTP route of identity, keyed by the logical ID of
 // its function in template.yaml.
 //
-// Every agent route spends one request of the caller's rate budget: write
-// routes inside their own transaction (no extra commit; a 429 rolls the write
-// back), read routes as one autocommit statement before reading. Creating
+// Every agent route spends one request of the caller's rate budget, in the
+// domain: write routes inside their own transaction (no extra commit; a 429
+// rolls the write back), read routes as one autocommit statement before
+// reading. Creating
 // routes answer 201 when they create and 200 when the thing already existed.
 func Endpoints(s *identity.Service) httpapi.Endpoints {
 	agent := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
 		return httpapi.Endpoint{Auth: httpapi.AuthAgent, Handle: h}
-	}
-	// read is agent for read-only routes: the rate limit first, autocommit.
-	read := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
-		return agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			if err := identity.TakeRate(ctx, s.DB, r.Caller.AgentID, s.Now()); err != nil {
-				return httpapi.Response{}, err
-			}
-			return h(ctx, r)
-		})
 	}
 	admin := func(h func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error)) httpapi.Endpoint {
 		return httpapi.Endpoint{Auth: httpapi.AuthAdmin, Handle: h}
@@ -112,11 +104,11 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 			status, err := s.GoOffline(ctx, r.Caller.AgentID, r.Query("instance_id"))
 			return httpapi.JSON(http.StatusOK, map[string]string{"status": status}), err
 		}),
-		"GetMeFunction": read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+		"GetMeFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			me, err := s.GetMe(ctx, r.Caller.AgentID)
 			return httpapi.JSON(http.StatusOK, me), err
 		}),
-		"GetAgentFunction": read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+		"GetAgentFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			p, err := s.GetAgent(ctx, r.Caller.AgentID, r.Path("id"))
 			return httpapi.JSON(http.StatusOK, p), err
 		}),
@@ -140,10 +132,8 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 			default:
 				return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "direction must be incoming, outgoing or all")
 			}
-			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				reqs, err := s.ListFriendRequests(ctx, r.Caller.AgentID, incoming, outgoing)
-				return httpapi.JSON(http.StatusOK, reqs), err
-			}).Handle(ctx, r)
+			reqs, err := s.ListFriendRequests(ctx, r.Caller.AgentID, incoming, outgoing)
+			return httpapi.JSON(http.StatusOK, reqs), err
 		}),
 		"AcceptFriendRequestFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			req, err := s.AcceptFriendRequest(ctx, r.Caller.AgentID, r.Path("id"))
@@ -158,10 +148,8 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 			if err != nil {
 				return httpapi.Response{}, err
 			}
-			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				page, err := s.ListFriends(ctx, r.Caller.AgentID, p)
-				return httpapi.JSON(http.StatusOK, page), err
-			}).Handle(ctx, r)
+			page, err := s.ListFriends(ctx, r.Caller.AgentID, p)
+			return httpapi.JSON(http.StatusOK, page), err
 		}),
 		"RemoveFriendFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			return noContent(s.RemoveFriend(ctx, r.Caller.AgentID, r.Path("id")))
@@ -177,10 +165,8 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 			if err != nil {
 				return httpapi.Response{}, err
 			}
-			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				page, err := s.ListBlocks(ctx, r.Caller.AgentID, p)
-				return httpapi.JSON(http.StatusOK, page), err
-			}).Handle(ctx, r)
+			page, err := s.ListBlocks(ctx, r.Caller.AgentID, p)
+			return httpapi.JSON(http.StatusOK, page), err
 		}),
 
 		"CreateGroupFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
@@ -196,20 +182,16 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 			if err != nil {
 				return httpapi.Response{}, err
 			}
-			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				page, err := s.ListGroups(ctx, r.Caller.AgentID, p)
-				return httpapi.JSON(http.StatusOK, page), err
-			}).Handle(ctx, r)
+			page, err := s.ListGroups(ctx, r.Caller.AgentID, p)
+			return httpapi.JSON(http.StatusOK, page), err
 		}),
 		"GetRosterFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			p, err := parsePage(r.Query("after"), r.Query("limit"))
 			if err != nil {
 				return httpapi.Response{}, err
 			}
-			return read(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-				roster, err := s.GetRoster(ctx, r.Caller.AgentID, r.Path("id"), p)
-				return httpapi.JSON(http.StatusOK, roster), err
-			}).Handle(ctx, r)
+			roster, err := s.GetRoster(ctx, r.Caller.AgentID, r.Path("id"), p)
+			return httpapi.JSON(http.StatusOK, roster), err
 		}),
 		"AddGroupMemberFunction": agent(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			var in api.AddMemberRequest

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 )
 
 // kebab turns a logical ID into its function directory and event name:
@@ -24,10 +26,10 @@ func kebab(logicalID string) string {
 // credentials instead of its placeholder, runs through its handler without a
 // server error.
 func TestSampleEvents(t *testing.T) {
-	s, _, _ := newTestService(t)
+	s, _, _ := identitytest.NewService(t)
 	ctx := context.Background()
 	routes := templateRoutes(t)
-	_, planner := newAgent(t, s, "planner")
+	_, planner := identitytest.NewAgent(t, s, "planner")
 
 	var names []string
 	for name := range Endpoints(s) {
@@ -70,7 +72,7 @@ func TestSampleEvents(t *testing.T) {
 				if !strings.HasPrefix(auth, "Bearer <admin") {
 					t.Errorf("authorization %q is not the admin placeholder", auth)
 				}
-				ev.Headers["authorization"] = bearer(testAdminKey)
+				ev.Headers["authorization"] = bearer(identitytest.AdminKey)
 			default:
 				if !strings.HasPrefix(auth, "Bearer <agent") {
 					t.Errorf("authorization %q is not the agent placeholder", auth)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 )
 
 // client calls routes of identity through the real middleware as named agents.
@@ -20,10 +21,10 @@ type client struct {
 }
 
 func newAPI(t *testing.T, agents ...string) *client {
-	s, _, _ := newTestService(t)
-	a := &client{s: s, routes: templateRoutes(t), tokens: map[string]string{"admin": testAdminKey}}
+	s, _, _ := identitytest.NewService(t)
+	a := &client{s: s, routes: templateRoutes(t), tokens: map[string]string{"admin": identitytest.AdminKey}}
 	for _, id := range agents {
-		_, a.tokens[id] = newAgent(t, s, id)
+		_, a.tokens[id] = identitytest.NewAgent(t, s, id)
 	}
 	return a
 }

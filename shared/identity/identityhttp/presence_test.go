@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 )
 
 type presenceProbe struct {
@@ -85,11 +86,11 @@ func getJSON(t *testing.T, s *identity.Service, name, route string, params map[s
 // TestPresence walks one agent through its presence states with an injected
 // clock, watching them through its own profile, a friend's list and a roster.
 func TestPresence(t *testing.T) {
-	s, clock, _ := newTestService(t)
+	s, clock, _ := identitytest.NewService(t)
 	ctx := context.Background()
 	p := presenceProbe{t: t, s: s, tokens: map[string]string{}}
 	for _, id := range []string{"worker", "boss"} {
-		_, p.tokens[id] = newAgent(t, s, id)
+		_, p.tokens[id] = identitytest.NewAgent(t, s, id)
 	}
 	if _, _, err := s.AdminCreateFriendship(ctx, "worker", "boss"); err != nil {
 		t.Fatal(err)
@@ -104,10 +105,16 @@ func TestPresence(t *testing.T) {
 		}
 	}
 
-	step("a new agent is inactive", func(t *testing.T) {
-		if st := p.seen("worker", "boss", g.GroupID); st != "inactive" {
-			t.Fatalf("status %q", st)
+	// seenAs fails the step unless the worker's own view, the boss's friend
+	// list and the group's roster all show the worker as want.
+	seenAs := func(t *testing.T, want string) {
+		t.Helper()
+		if st := p.seen("worker", "boss", g.GroupID); st != want {
+			t.Fatalf("status %q, want %q", st, want)
 		}
+	}
+	step("a new agent is inactive", func(t *testing.T) {
+		seenAs(t, "inactive")
 	})
 	step("a heartbeat makes it active and reports the newest inbox seq", func(t *testing.T) {
 		if _, err := s.DB.Exec("UPDATE inbox_counters SET last_seq = 7 WHERE recipient = 'worker'"); err != nil {
@@ -117,27 +124,21 @@ func TestPresence(t *testing.T) {
 		if hb.Status != "active" || hb.LastSeq != 7 || hb.KeyEpoch != 1 {
 			t.Fatalf("heartbeat answered %+v, want active, last_seq 7, key_epoch 1", hb)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "active" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "active")
 	})
 	step("the scanner leaves an agent alone 89 s after its heartbeat", func(t *testing.T) {
 		clock.Advance(89 * time.Second)
 		if n, err := s.MarkInactive(ctx); err != nil || n != 0 {
 			t.Fatalf("scanner changed %d agents (%v)", n, err)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "active" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "active")
 	})
 	step("the scanner marks it inactive after more than 90 s without a heartbeat", func(t *testing.T) {
 		clock.Advance(2 * time.Second)
 		if err := s.ScanPresence(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "inactive" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "inactive")
 	})
 	step("going offline from inactive keeps it inactive", func(t *testing.T) {
 		if st := p.offline("worker", nil); st != "inactive" {
@@ -149,27 +150,21 @@ func TestPresence(t *testing.T) {
 		if st := p.offline("worker", nil); st != "draining" {
 			t.Fatalf("offline answered %q", st)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "draining" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "draining")
 	})
 	step("a heartbeat from the instance that drained does not revive it", func(t *testing.T) {
 		clock.Advance(30 * time.Second)
 		if hb := p.heartbeat("worker", "meshd-A"); hb.Status != "draining" {
 			t.Fatalf("heartbeat answered %q, want draining", hb.Status)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "draining" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "draining")
 	})
 	step("a heartbeat from a new instance revives it", func(t *testing.T) {
 		clock.Advance(30 * time.Second)
 		if hb := p.heartbeat("worker", "meshd-B"); hb.Status != "active" {
 			t.Fatalf("heartbeat answered %q, want active", hb.Status)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "active" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "active")
 	})
 	step("a late stop from the replaced instance changes nothing", func(t *testing.T) {
 		if st := p.offline("worker", map[string]string{"instance_id": "meshd-A"}); st != "active" {
@@ -189,9 +184,7 @@ func TestPresence(t *testing.T) {
 		if n, err := s.MarkInactive(ctx); err != nil || n != 1 {
 			t.Fatalf("scanner changed %d agents (%v), want 1", n, err)
 		}
-		if st := p.seen("worker", "boss", g.GroupID); st != "inactive" {
-			t.Fatalf("status %q", st)
-		}
+		seenAs(t, "inactive")
 	})
 	step("the profile carries the last stats and instance", func(t *testing.T) {
 		me, err := s.GetMe(ctx, "worker")
@@ -205,8 +198,8 @@ func TestPresence(t *testing.T) {
 }
 
 func TestHeartbeatRejectsBadInput(t *testing.T) {
-	s, _, _ := newTestService(t)
-	_, tok := newAgent(t, s, "hb")
+	s, _, _ := identitytest.NewService(t)
+	_, tok := identitytest.NewAgent(t, s, "hb")
 	cases := []struct {
 		name, body string
 		status     int

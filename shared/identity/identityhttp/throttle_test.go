@@ -10,12 +10,14 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 )
 
 func TestAuthFailuresAreThrottled(t *testing.T) {
-	s, clock, _ := newTestService(t)
+	s, clock, _ := identitytest.NewService(t)
 	routes := templateRoutes(t)
-	key, _ := newAgent(t, s, "ann")
+	key, _ := identitytest.NewAgent(t, s, "ann")
 	from := func(addr string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPRequest {
 		ev.RequestContext.HTTP.SourceIP = addr
 		return ev
@@ -90,16 +92,16 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 	})
 	t.Run("admin routes are limited like an agent's", func(t *testing.T) {
 		clock.Advance(time.Minute)
-		got := count(t, identity.RateBurst+20, func(int) events.APIGatewayV2HTTPResponse { return admin("198.51.100.4", testAdminKey) })
+		got := count(t, identity.RateBurst+20, func(int) events.APIGatewayV2HTTPResponse { return admin("198.51.100.4", identitytest.AdminKey) })
 		if got[404] != identity.RateBurst || got[429] != 20 {
 			t.Fatalf("answers %v, want %d × 404 (authenticated) then 429", got, identity.RateBurst)
 		}
 	})
 	t.Run("the janitor deletes refilled failure buckets and nothing else", func(t *testing.T) {
 		buckets := func() int {
-			return countRows(t, s, "SELECT COUNT(*) FROM rate_limits WHERE agent_id LIKE 'auth%:%'")
+			return mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM rate_limits WHERE agent_id LIKE 'auth%:%'")
 		}
-		agents := countRows(t, s, "SELECT COUNT(*) FROM rate_limits WHERE agent_id NOT LIKE 'auth%:%'")
+		agents := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM rate_limits WHERE agent_id NOT LIKE 'auth%:%'")
 		// One fresh failure: its bucket has not refilled yet.
 		if resp := token("198.51.100.9", "amk_wrong"); resp.StatusCode != 401 {
 			t.Fatalf("a wrong key: %d", resp.StatusCode)
@@ -107,14 +109,14 @@ func TestAuthFailuresAreThrottled(t *testing.T) {
 		if _, err := identity.ExpireThrottles(context.Background(), s.DB, clock.Now(), 1000); err != nil {
 			t.Fatal(err)
 		}
-		if live := countRows(t, s, "SELECT COUNT(*) FROM rate_limits WHERE agent_id = 'authaddr:198.51.100.9'"); live != 1 || buckets() != 1 {
+		if live := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM rate_limits WHERE agent_id = 'authaddr:198.51.100.9'"); live != 1 || buckets() != 1 {
 			t.Fatalf("after expiring: fresh bucket %d, buckets %d; want only the fresh one", live, buckets())
 		}
 		clock.Advance(time.Hour)
 		if _, err := identity.ExpireThrottles(context.Background(), s.DB, clock.Now(), 1000); err != nil || buckets() != 0 {
 			t.Fatalf("%d buckets left after they refilled (%v)", buckets(), err)
 		}
-		if n := countRows(t, s, "SELECT COUNT(*) FROM rate_limits WHERE agent_id NOT LIKE 'auth%:%'"); n != agents {
+		if n := mysqltest.Count(t, s.DB, "SELECT COUNT(*) FROM rate_limits WHERE agent_id NOT LIKE 'auth%:%'"); n != agents {
 			t.Fatalf("agents' rate rows: %d, want %d", n, agents)
 		}
 	})

@@ -96,9 +96,39 @@ func Explain(t testing.TB, db interface {
 	if err != nil {
 		t.Fatalf("EXPLAIN %s: %v", query, err)
 	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
+	cols, vals, err := StringRows(rows)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
 	var out []PlanRow
+	for _, row := range vals {
+		var p PlanRow
+		for i, c := range cols {
+			switch strings.ToLower(c) {
+			case "table":
+				p.Table = row[i].String
+			case "type":
+				p.Type = row[i].String
+			case "key":
+				p.Key = row[i].String
+			case "extra":
+				p.Extra = row[i].String
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// StringRows reads every row of rows, whatever its columns, as strings
+// (NULL as an invalid NullString) together with the column names, and
+// closes rows: enough for EXPLAIN output, whose columns differ between
+// servers.
+func StringRows(rows *sql.Rows) (cols []string, out [][]sql.NullString, err error) {
+	defer rows.Close()
+	if cols, err = rows.Columns(); err != nil {
+		return nil, nil, err
+	}
 	for rows.Next() {
 		vals := make([]sql.NullString, len(cols))
 		ptrs := make([]any, len(cols))
@@ -106,25 +136,53 @@ func Explain(t testing.TB, db interface {
 			ptrs[i] = &vals[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
-		var p PlanRow
-		for i, c := range cols {
-			switch strings.ToLower(c) {
-			case "table":
-				p.Table = vals[i].String
-			case "type":
-				p.Type = vals[i].String
-			case "key":
-				p.Key = vals[i].String
-			case "extra":
-				p.Extra = vals[i].String
-			}
-		}
-		out = append(out, p)
+		out = append(out, vals)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("EXPLAIN %s: %v", query, err)
+	return cols, out, rows.Err()
+}
+
+// Strings runs query with args on db and returns its rows in order, the
+// columns of each joined by sep (NULL as "NULL"): a table's content or
+// output in a form tests compare and print.
+func Strings(t testing.TB, db *mysql.DB, sep, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	_, vals, err := StringRows(rows)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	out := make([]string, 0, len(vals))
+	for _, row := range vals {
+		out = append(out, JoinRow(row, sep))
 	}
 	return out
+}
+
+// JoinRow joins the values of a row of StringRows with sep, NULL as "NULL".
+func JoinRow(row []sql.NullString, sep string) string {
+	vals := make([]string, len(row))
+	for i, v := range row {
+		vals[i] = v.String
+		if !v.Valid {
+			vals[i] = "NULL"
+		}
+	}
+	return strings.Join(vals, sep)
+}
+
+// Count runs query, which selects one number (a COUNT(*), a SUM), with args
+// on db and returns that number; it fails the test, naming the query, when
+// the query fails.
+func Count(t testing.TB, db *mysql.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
 }

@@ -1,26 +1,23 @@
 package taskshttp
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
-	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/tasks"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskstest"
 )
 
 // fixture is a fresh database, the task service on it and its routes,
 // called through the real middleware (httpapi.Lambda); only authentication
-// is replaced, by tokenAuth. The domain's own tests (shared/tasks) cover
+// is replaced, by taskstest.TokenAuth. The domain's own tests (shared/tasks) cover
 // what the routes do; these cover what the adapter adds: decoding, query
 // parsing and each route's status.
 type fixture struct {
@@ -28,12 +25,10 @@ type fixture struct {
 	eps httpapi.Endpoints
 }
 
-var t0 = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
-
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db, _ := mysqltest.New(t)
-	now := t0
+	now := taskstest.T0
 	// Each reading moves on, so the rate limit never trips.
 	clock := func() time.Time { now = now.Add(25 * time.Millisecond); return now }
 	svc := &tasks.Service{DB: db, Clock: clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -48,36 +43,18 @@ func (f *fixture) agents(t *testing.T, ids ...string) {
 // friends makes a and b friends (both directions, as identity stores it).
 func (f *fixture) friends(t *testing.T, a, b string) {
 	t.Helper()
-	if _, err := f.db.Exec("INSERT INTO friendships (agent_id, friend_id, created_at) VALUES (?, ?, ?), (?, ?, ?)", a, b, t0, b, a, t0); err != nil {
-		t.Fatal(err)
-	}
+	taskstest.Friends(t, f.db, a, b)
 }
 
 // group creates a group with its context; the first member owns it.
 func (f *fixture) group(t *testing.T, groupID, contextID string, members ...string) {
 	t.Helper()
-	if _, err := f.db.Exec("INSERT INTO mesh_groups (group_id, name, owner_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)",
-		groupID, groupID, members[0], contextID, t0); err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range members {
-		role := "member"
-		if i == 0 {
-			role = "owner"
-		}
-		if _, err := f.db.Exec("INSERT INTO group_members (group_id, agent_id, role, joined_at) VALUES (?, ?, ?, ?)", groupID, m, role, t0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	taskstest.Group(t, f.db, groupID, contextID, members...)
 }
 
 func (f *fixture) count(t *testing.T, query string) int {
 	t.Helper()
-	var n int
-	if err := f.db.QueryRow(query).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
+	return mysqltest.Count(t, f.db, query)
 }
 
 // state counts every table a write could change, except rate tokens.
@@ -92,32 +69,8 @@ func (f *fixture) state(t *testing.T) [5]int {
 	}
 }
 
-// tokenAuth stands in for identity's JWT check: the bearer token is the
-// agent id.
-type tokenAuth struct{}
-
-func (tokenAuth) AuthenticateAgent(_ context.Context, token string) (httpapi.Caller, error) {
-	if !mesh.ValidAgentID(token) {
-		return httpapi.Caller{}, mesh.ErrUnauthorized
-	}
-	return httpapi.Caller{AgentID: token, KeyID: "test"}, nil
-}
-
-func (tokenAuth) AuthenticateAdmin(context.Context, string) error { return mesh.ErrUnauthorized }
-
 // req is one call of a route.
-type req struct {
-	fn     string // logical function ID
-	caller string
-	method string
-	path   string
-	params map[string]string
-	query  map[string]string
-	body   string
-	// headers replace the defaults (Content-Type: application/json); an
-	// empty value removes one.
-	headers map[string]string
-}
+type req = taskstest.Request
 
 // response is one HTTP answer.
 type response struct {
@@ -134,22 +87,6 @@ func (r response) code() string {
 // call runs a request through httpapi.Lambda, as API Gateway would.
 func (f *fixture) call(t *testing.T, r req) response {
 	t.Helper()
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: r.method + " " + r.path, RawPath: r.path,
-		Headers:        map[string]string{"content-type": "application/json", "authorization": "Bearer " + r.caller},
-		PathParameters: r.params, QueryStringParameters: r.query, Body: r.body,
-	}
-	for k, v := range r.headers {
-		if v == "" {
-			delete(ev.Headers, k)
-		} else {
-			ev.Headers[k] = v
-		}
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	out, err := httpapi.Lambda(tokenAuth{}, quiet, f.eps.Must(r.fn))(context.Background(), ev)
-	if err != nil {
-		t.Fatalf("%s: %v", r.fn, err)
-	}
+	out := taskstest.Call(t, f.eps, r)
 	return response{Status: out.StatusCode, Body: []byte(out.Body)}
 }

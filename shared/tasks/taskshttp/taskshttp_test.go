@@ -20,7 +20,7 @@ func TestEachRouteAnswersWithItsStatus(t *testing.T) {
 	f.friends(t, "ann", "bob")
 	f.group(t, "g", "ctx-g", "ann", "bob")
 	post := func(fn, caller, path string, params map[string]string, body string) response {
-		return f.call(t, req{fn: fn, caller: caller, method: "POST", path: path, params: params, body: body})
+		return f.call(t, req{Fn: fn, Caller: caller, Method: "POST", Path: path, Params: params, Body: body})
 	}
 	sent := post("SendMessageFunction", "ann", "/v1/messages", nil, `{"to":"bob","message_id":"m-1","parts":`+hi+`}`)
 	if sent.Status != 202 || !bytes.Contains(sent.Body, []byte(`"message_id":"m-1"`)) {
@@ -39,22 +39,22 @@ func TestEachRouteAnswersWithItsStatus(t *testing.T) {
 		r    req
 		want int
 	}{
-		{"reply", req{fn: "ReplyFunction", caller: "bob", method: "POST", path: "/v1/tasks/" + task + "/messages", params: id, body: `{"parts":` + hi + `}`}, 202},
-		{"status", req{fn: "UpdateTaskStatusFunction", caller: "bob", method: "POST", path: "/v1/tasks/" + task + "/status", params: id, body: `{"status":"working"}`}, 200},
-		{"artifact", req{fn: "AddArtifactFunction", caller: "bob", method: "POST", path: "/v1/tasks/" + task + "/artifacts", params: id, body: `{"name":"a.txt","parts":` + hi + `}`}, 201},
-		{"group send", req{fn: "SendGroupMessageFunction", caller: "ann", method: "POST", path: "/v1/groups/g/messages", params: map[string]string{"id": "g"}, body: `{"parts":` + hi + `}`}, 202},
-		{"get task", req{fn: "GetTaskFunction", caller: "ann", method: "GET", path: "/v1/tasks/" + task, params: id}, 200},
-		{"list messages", req{fn: "ListTaskMessagesFunction", caller: "ann", method: "GET", path: "/v1/tasks/" + task + "/messages", params: id}, 200},
-		{"list tasks", req{fn: "ListTasksFunction", caller: "ann", method: "GET", path: "/v1/tasks"}, 200},
-		{"inbox", req{fn: "InboxFunction", caller: "bob", method: "GET", path: "/v1/inbox"}, 200},
-		{"a domain error keeps its status and code", req{fn: "GetTaskFunction", caller: "ann", method: "GET", path: "/v1/tasks/nope", params: map[string]string{"id": "nope"}}, 404},
+		{"reply", req{Fn: "ReplyFunction", Caller: "bob", Method: "POST", Path: "/v1/tasks/" + task + "/messages", Params: id, Body: `{"parts":` + hi + `}`}, 202},
+		{"status", req{Fn: "UpdateTaskStatusFunction", Caller: "bob", Method: "POST", Path: "/v1/tasks/" + task + "/status", Params: id, Body: `{"status":"working"}`}, 200},
+		{"artifact", req{Fn: "AddArtifactFunction", Caller: "bob", Method: "POST", Path: "/v1/tasks/" + task + "/artifacts", Params: id, Body: `{"name":"a.txt","parts":` + hi + `}`}, 201},
+		{"group send", req{Fn: "SendGroupMessageFunction", Caller: "ann", Method: "POST", Path: "/v1/groups/g/messages", Params: map[string]string{"id": "g"}, Body: `{"parts":` + hi + `}`}, 202},
+		{"get task", req{Fn: "GetTaskFunction", Caller: "ann", Method: "GET", Path: "/v1/tasks/" + task, Params: id}, 200},
+		{"list messages", req{Fn: "ListTaskMessagesFunction", Caller: "ann", Method: "GET", Path: "/v1/tasks/" + task + "/messages", Params: id}, 200},
+		{"list tasks", req{Fn: "ListTasksFunction", Caller: "ann", Method: "GET", Path: "/v1/tasks"}, 200},
+		{"inbox", req{Fn: "InboxFunction", Caller: "bob", Method: "GET", Path: "/v1/inbox"}, 200},
+		{"a domain error keeps its status and code", req{Fn: "GetTaskFunction", Caller: "ann", Method: "GET", Path: "/v1/tasks/nope", Params: map[string]string{"id": "nope"}}, 404},
 	} {
 		if r := f.call(t, c.r); r.Status != c.want {
 			t.Errorf("%s: %d %s, want %d", c.name, r.Status, r.Body, c.want)
 		}
 	}
 	// The stored parts are served as they were sent.
-	r := f.call(t, req{fn: "ListTaskMessagesFunction", caller: "ann", method: "GET", path: "/v1/tasks/" + task + "/messages", params: id})
+	r := f.call(t, req{Fn: "ListTaskMessagesFunction", Caller: "ann", Method: "GET", Path: "/v1/tasks/" + task + "/messages", Params: id})
 	if !bytes.Contains(r.Body, []byte(`"parts":`+hi)) {
 		t.Fatalf("messages: %s", r.Body)
 	}
