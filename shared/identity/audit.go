@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
@@ -21,10 +22,7 @@ const (
 // Actor is who made a change: an agent (its own routes), an account (the
 // console and the account routes, acting for one of its agents) or the
 // operator's admin key.
-type Actor struct {
-	Kind string `json:"kind"`
-	ID   string `json:"id"`
-}
+type Actor = api.AuditActor
 
 // AdminActor is the operator's admin key.
 var AdminActor = Actor{Kind: ActorAdmin, ID: "admin"}
@@ -95,14 +93,7 @@ const (
 )
 
 // AgentPolicy is how friend requests to an agent are decided.
-type AgentPolicy struct {
-	AccountID string `json:"account_id"`
-	Kind      string `json:"kind"`
-	// FriendPolicy is PolicyAgent or PolicyAccount.
-	FriendPolicy string `json:"friend_policy"`
-	// SameAccountAuto accepts requests from agents of the same account at once.
-	SameAccountAuto bool `json:"same_account_auto"`
-}
+type AgentPolicy = api.AgentPolicy
 
 // OperatorAccount owns the agents made with the admin key and every agent
 // that existed before accounts (migration 0007).

@@ -535,11 +535,7 @@ func (s *Service) RemoveFriend(ctx context.Context, a, b string) error {
 }
 
 // AdminFriendship is the answer to the admin friendship route.
-type AdminFriendship struct {
-	A     string    `json:"a"`
-	B     string    `json:"b"`
-	Since time.Time `json:"since"`
-}
+type AdminFriendship = api.Friendship
 
 // AdminCreateFriendship makes a and b friends without a request (operator
 // bootstrap). created is false when they already were.

@@ -317,14 +317,7 @@ ORDER BY CASE role WHEN 'admin' THEN 0 ELSE 1 END, joined_at, agent_id LIMIT 1 F
 }
 
 // AdminGroupInput creates a group on an operator's behalf.
-type AdminGroupInput struct {
-	// GroupID is optional; a fresh one is generated when empty.
-	GroupID string `json:"group_id"`
-	Name    string `json:"name"`
-	Owner   string `json:"owner"`
-	// Members join as plain members; no friendship is required.
-	Members []string `json:"members"`
-}
+type AdminGroupInput = api.AdminGroupRequest
 
 // AdminCreateGroup creates a group with an owner and optional members.
 func (s *Service) AdminCreateGroup(ctx context.Context, in AdminGroupInput) (Group, error) {

@@ -8,8 +8,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
-	"time"
 
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
@@ -71,13 +71,9 @@ const reservedAgentID = "me"
 
 // NewAgent is the answer to creating an agent: its first API key, shown once.
 type NewAgent struct {
-	AgentID   string    `json:"agent_id"`
-	Name      string    `json:"name"`
-	Kind      string    `json:"-"`
-	KeyID     string    `json:"key_id"`
-	APIKey    string    `json:"api_key"`
-	KeyEpoch  int       `json:"key_epoch"`
-	CreatedAt time.Time `json:"created_at"`
+	api.NewAgent
+	// Kind is the agent's kind; it is not part of the operator's answer.
+	Kind string `json:"-"`
 }
 
 // CreateAgent registers an agent and returns its first API key (shown once).
@@ -138,34 +134,14 @@ func (s *Service) CreateAgentFor(ctx context.Context, accountID, kind, agentID, 
 	if err != nil {
 		return NewAgent{}, err
 	}
-	return NewAgent{AgentID: agentID, Name: name, Kind: kind, KeyID: keyID, APIKey: apiKey, KeyEpoch: 1, CreatedAt: now}, nil
+	return NewAgent{NewAgent: api.NewAgent{AgentID: agentID, Name: name, KeyID: keyID, APIKey: apiKey, KeyEpoch: 1, CreatedAt: now}, Kind: kind}, nil
 }
 
 // RotateOptions are the optional parts of a key rotation.
-type RotateOptions struct {
-	// RevokeExisting revokes every other live key of the agent in the same
-	// transaction (rotation after a leak); otherwise old keys stay valid until
-	// revoked one by one (rotation without downtime). Revoking also rotates
-	// the inbox key (see RotateInboxKey): an inbox key fetched with a leaked
-	// API key must not open mail written after the revocation.
-	RevokeExisting bool `json:"revoke_existing"`
-	// RotateInboxKey bumps agents.key_epoch: events written from now on are
-	// sealed under a new inbox key, which meshd receives with its next token.
-	// Events already written keep the epoch they were sealed for: tokens
-	// carry the keys of every epoch the inbox still holds events of, and
-	// GET /v1/inbox serves them opened.
-	RotateInboxKey bool `json:"rotate_inbox_key"`
-}
+type RotateOptions = api.RotateKeyRequest
 
 // RotatedKey is the answer to a rotation: the new key, shown once.
-type RotatedKey struct {
-	AgentID       string    `json:"agent_id"`
-	KeyID         string    `json:"key_id"`
-	APIKey        string    `json:"api_key"`
-	CreatedAt     time.Time `json:"created_at"`
-	RevokedKeyIDs []string  `json:"revoked_key_ids"`
-	KeyEpoch      int       `json:"key_epoch"`
-}
+type RotatedKey = api.RotatedKey
 
 // RotateKey issues a new API key for agentID.
 func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptions) (RotatedKey, error) {
@@ -229,13 +205,7 @@ func bumpEpoch(ctx context.Context, tx *sql.Tx, agentID string) error {
 }
 
 // RevokedKey is the answer to a revocation.
-type RevokedKey struct {
-	AgentID   string    `json:"agent_id"`
-	KeyID     string    `json:"key_id"`
-	RevokedAt time.Time `json:"revoked_at"`
-	// KeyEpoch is the agent's inbox key epoch after the revocation.
-	KeyEpoch int `json:"key_epoch"`
-}
+type RevokedKey = api.RevokedKey
 
 // RevokeKey revokes one key of agentID. Tokens minted from it stop working at
 // once (AuthenticateAgent checks the key on every request), and the agent's

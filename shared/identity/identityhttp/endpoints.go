@@ -42,10 +42,7 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 		}},
 
 		"AdminCreateAgentFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in struct {
-				AgentID string `json:"agent_id"`
-				Name    string `json:"name"`
-			}
+			var in api.CreateAgentRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
@@ -65,10 +62,7 @@ func Endpoints(s *identity.Service) httpapi.Endpoints {
 			return httpapi.JSON(http.StatusOK, k), err
 		}),
 		"AdminCreateFriendshipFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
-			var in struct {
-				A string `json:"a"`
-				B string `json:"b"`
-			}
+			var in api.FriendshipRequest
 			if err := r.Decode(&in); err != nil {
 				return httpapi.Response{}, err
 			}
