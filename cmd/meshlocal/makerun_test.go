@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,16 +16,8 @@ import (
 	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
-// freePort is a TCP port nothing listens on right now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
+// freePort is a TCP port nothing listens on right now (testenv.FreePort).
+func freePort(t *testing.T) string { return strconv.Itoa(testenv.FreePort(t)) }
 
 // bootUntilReady starts Run (make run's code) and returns its base URL,
 // its terminal output so far and a stop function.

@@ -47,7 +47,7 @@ func startPrivate(t testing.TB, name string, env func(state string, port, port2 
 		_ = os.RemoveAll(state)
 	})
 	if out, err := p.run("up"); err != nil {
-		msg := fmt.Sprintf("a private %s (infra/%s.sh up) could not start: %v\n%s", name, name, err, out)
+		msg := fmt.Sprintf("a private %s (infra/%s.sh up) could not start: %v\n%s%s", name, name, err, out, logTails(state))
 		if testenv.InCI() {
 			t.Fatal(msg)
 		}
@@ -140,14 +140,29 @@ func privateKafka(t testing.TB) *privateService {
 	})
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+// freePort is a port for a private service: testenv.FreePort.
+func freePort(t testing.TB) int { return testenv.FreePort(t) }
+
+// logTails is the end of every log a private service left in state, for
+// the failure message: the directory is removed when the test ends.
+func logTails(state string) string {
+	var b strings.Builder
+	_ = filepath.WalkDir(state, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".log") || strings.HasSuffix(path, ".out") || strings.HasSuffix(path, ".err")) {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		fmt.Fprintf(&b, "--- last lines of %s:\n%s\n", path, strings.Join(lines, "\n"))
+		return nil
+	})
+	return b.String()
 }
 
 // waitUntil polls cond every 20 ms until it holds or timeout passes.
