@@ -77,13 +77,6 @@ func (e *cliEnv) loadConfig() {
 	e.conf, e.confErr = conf, err
 }
 
-// usedConfig is the config file's path when one was read.
-func (e *cliEnv) usedConfig() (string, bool) {
-	e.once.Do(e.loadConfig)
-	path, _ := e.configFile()
-	return path, e.conf != nil
-}
-
 // configErr is the config file's problem, if any: checked by every command
 // that needs a setting, so a broken file is named instead of ignored.
 func (e *cliEnv) configErr() error {
