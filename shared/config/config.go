@@ -75,6 +75,21 @@ type Config struct {
 	// MaxLongPolls caps the concurrent long polls of GET /v1/inbox per
 	// agent (MESH_MAX_LONG_POLLS, default 2).
 	MaxLongPolls int
+
+	// PushURL is the push channel's WebSocket URL announced to meshd in the
+	// token response as push_url (MESH_PUSH_URL; empty: no push channel).
+	PushURL string
+	// PushEndpoint is the @connections management endpoint of the push
+	// channel's WebSocket API stage (MESH_PUSH_ENDPOINT), for a function
+	// that can reach it directly.
+	PushEndpoint string
+	// PushRelayFunction names the function outside the VPC that relays
+	// @connections calls for functions inside it (MESH_PUSH_RELAY_FUNCTION).
+	PushRelayFunction string
+	// PushMaxConnAge is how long a push connection may live
+	// (MESH_PUSH_MAX_CONN_AGE, default 2 h: API Gateway's limit; shorter
+	// in tests that simulate it).
+	PushMaxConnAge time.Duration
 }
 
 // Getenv is the lookup Load uses; tests pass a map.
@@ -87,17 +102,21 @@ func Load(getenv Getenv) (Config, error) {
 		getenv = os.Getenv
 	}
 	c := Config{
-		MySQLDSN:        getenv("MYSQL_DSN"),
-		AdminKey:        getenv("MESH_ADMIN_KEY"),
-		KafkaTopic:      or(getenv("KAFKA_TOPIC"), "inbox.events"),
-		KafkaAuth:       or(getenv("KAFKA_AUTH"), "none"),
-		KafkaBrokers:    splitList(getenv("KAFKA_BROKERS")),
-		TokenTTL:        time.Hour,
-		MaxMessageBytes: 256 << 10,
-		TaskIdleTimeout: 24 * time.Hour,
-		OutboxRetention: 7 * 24 * time.Hour,
-		KafkaPartitions: 12,
-		MaxLongPolls:    2,
+		MySQLDSN:          getenv("MYSQL_DSN"),
+		AdminKey:          getenv("MESH_ADMIN_KEY"),
+		KafkaTopic:        or(getenv("KAFKA_TOPIC"), "inbox.events"),
+		KafkaAuth:         or(getenv("KAFKA_AUTH"), "none"),
+		KafkaBrokers:      splitList(getenv("KAFKA_BROKERS")),
+		TokenTTL:          time.Hour,
+		MaxMessageBytes:   256 << 10,
+		TaskIdleTimeout:   24 * time.Hour,
+		OutboxRetention:   7 * 24 * time.Hour,
+		KafkaPartitions:   12,
+		MaxLongPolls:      2,
+		PushURL:           getenv("MESH_PUSH_URL"),
+		PushEndpoint:      getenv("MESH_PUSH_ENDPOINT"),
+		PushRelayFunction: getenv("MESH_PUSH_RELAY_FUNCTION"),
+		PushMaxConnAge:    2 * time.Hour,
 	}
 	c.KafkaPublicBrokers = splitList(getenv("KAFKA_PUBLIC_BROKERS"))
 	if len(c.KafkaPublicBrokers) == 0 {
@@ -131,6 +150,9 @@ func Load(getenv Getenv) (Config, error) {
 		return c, err
 	}
 	if c.OutboxRetention, err = durVar(getenv, "MESH_OUTBOX_RETENTION", c.OutboxRetention); err != nil {
+		return c, err
+	}
+	if c.PushMaxConnAge, err = durVar(getenv, "MESH_PUSH_MAX_CONN_AGE", c.PushMaxConnAge); err != nil {
 		return c, err
 	}
 	return c, nil

@@ -1,0 +1,27 @@
+package api
+
+import "encoding/json"
+
+// PushFrame is one WebSocket message of the push channel, server to meshd.
+// It is either a record, byte for byte the value of the Kafka record
+// (envelope v2: {v, key_epoch, sealed}), or, for a record larger than a
+// WebSocket message may be, a nudge {v, seq, fetch: true} telling meshd to
+// read event seq from GET /v1/inbox. Bye, when set, is the server saying why
+// it is about to close the connection (replaced, revoked, rate_limited,
+// expired).
+type PushFrame struct {
+	V        int             `json:"v"`
+	KeyEpoch int             `json:"key_epoch,omitempty"`
+	Sealed   json.RawMessage `json:"sealed,omitempty"`
+	Seq      int64           `json:"seq,omitempty"`
+	Fetch    bool            `json:"fetch,omitempty"`
+	Bye      string          `json:"bye,omitempty"`
+}
+
+// Push channel close reasons, as PushFrame.Bye.
+const (
+	ByeReplaced    = "replaced"     // a newer connection of the agent took this one's place
+	ByeRevoked     = "revoked"      // the API key behind the connection's token was revoked
+	ByeRateLimited = "rate_limited" // the client sent more frames than allowed
+	ByeExpired     = "expired"      // the connection reached its maximum age
+)
