@@ -40,6 +40,10 @@ type TokenResponse struct {
 	// revocation never makes retained mail unreadable to the agent.
 	InboxKeys []InboxKey `json:"inbox_keys"`
 	Kafka     KafkaInfo  `json:"kafka"`
+	// PushURL is the push channel's WebSocket URL (wss:// on AWS, ws://
+	// under make run), when the mesh has one: meshd connects to it with
+	// this token and gets its records pushed.
+	PushURL string `json:"push_url,omitempty"`
 }
 
 // Keys decodes the inbox keys by epoch, as seal.OpenEvent takes them.
