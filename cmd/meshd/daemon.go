@@ -64,8 +64,10 @@ process group.
 
 ` + handlerContract + `
 
-Other settings: MESH_MODE auto (default: Kafka when reachable, else the inbox
-API), kafka or poll; MESH_KAFKA_BROKERS; MESH_HANDLER_TIMEOUT (default 30m);
+Other settings: MESH_MODE auto (default: the push channel when the mesh
+announces one, else Kafka when reachable; the inbox API while neither is),
+push, kafka or poll; MESH_KAFKA_BROKERS; MESH_PUSH_MAX_CONN_AGE (default 2h),
+MESH_PUSH_RETRY_BASE (default 30s); MESH_HANDLER_TIMEOUT (default 30m);
 MESH_HANDLER_BACKOFF, MESH_HANDLER_BACKOFF_MAX; MESH_LOG_FORMAT text|json;
 MESH_LOG_LEVEL.`,
 			examples: `  meshd run -- ./handler.sh
@@ -132,7 +134,11 @@ func (e *cliEnv) runConfig(args []string) (meshd.Config, error) {
 	for _, d := range []struct {
 		name string
 		to   *time.Duration
-	}{{"MESH_HANDLER_BACKOFF", &cfg.HandlerBackoff}, {"MESH_HANDLER_BACKOFF_MAX", &cfg.HandlerBackoffMax}, {"MESH_KAFKA_PROBE_EVERY", &cfg.ProbeEvery}} {
+	}{{"MESH_HANDLER_BACKOFF", &cfg.HandlerBackoff}, {"MESH_HANDLER_BACKOFF_MAX", &cfg.HandlerBackoffMax}, {"MESH_KAFKA_PROBE_EVERY", &cfg.ProbeEvery},
+		// The push channel's connection age limit (the mesh's setting of the
+		// same name, when shortened to simulate API Gateway's 2 h), and the
+		// window a reconnect after a lost connection is spread over.
+		{"MESH_PUSH_MAX_CONN_AGE", &cfg.PushMaxAge}, {"MESH_PUSH_RETRY_BASE", &cfg.PushRetryBase}} {
 		if err := e.envDuration(d.name, d.to); err != nil {
 			return cfg, err
 		}
@@ -142,9 +148,9 @@ func (e *cliEnv) runConfig(args []string) (meshd.Config, error) {
 	}
 	cfg.Mode = e.get("MESH_MODE")
 	switch cfg.Mode {
-	case "", meshd.ModeAuto, meshd.ModeKafka, meshd.ModePoll:
+	case "", meshd.ModeAuto, meshd.ModePush, meshd.ModeKafka, meshd.ModePoll:
 	default:
-		return cfg, fmt.Errorf("MESH_MODE must be auto, kafka or poll (got %q)", cfg.Mode)
+		return cfg, fmt.Errorf("MESH_MODE must be auto, push, kafka or poll (got %q)", cfg.Mode)
 	}
 	return cfg, nil
 }

@@ -125,7 +125,7 @@ func TestCLI(t *testing.T) {
 		{name: "run without a handler is one clear line", args: []string{"run"}, env: base,
 			wantCode: 1, wantStderr: []string{"MESH_HANDLER is not set"}},
 		{name: "run with a bad mode is one clear line", args: []string{"run"}, env: with(map[string]string{"MESH_HANDLER": "cat", "MESH_MODE": "carrier-pigeon"}),
-			wantCode: 1, wantStderr: []string{"MESH_MODE must be auto, kafka or poll"}},
+			wantCode: 1, wantStderr: []string{"MESH_MODE must be auto, push, kafka or poll"}},
 		{name: "send prints the task and message ids", args: []string{"send", "--to", "alice", "hello", "alice"}, env: base,
 			wantStdout: []string{`"task_id":"t9"`, `"message_id":"`, `"context_id":"c9"`}},
 		{name: "send reads the text from stdin when none is given", args: []string{"send", "--to", "alice"}, env: base, stdin: "from stdin\n",

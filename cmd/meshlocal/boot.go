@@ -154,9 +154,24 @@ func (m *localMesh) loadConfig() error {
 	m.overlay["MESH_ADMIN_KEY"] = secrets.AdminKey
 	m.overlay["MESH_JWT_KEYS"] = secrets.JWTKeys
 	m.overlay["MESH_INBOX_MASTER_KEY"] = secrets.InboxMasterKey
+	// The push channel is the template's WebSocket API, served on the HTTP
+	// API's port like everything else (its stage is the path, as on AWS).
+	addr := m.o.Getenv("MESH_HTTP_ADDR")
+	if addr == "" {
+		addr = DefaultHTTPAddr
+	}
+	if m.o.Getenv("MESH_PUSH_URL") == "" {
+		m.overlay["MESH_PUSH_URL"] = apigwlocal.WebSocketURL("http://"+addr, pushStage)
+	}
+	if m.o.Getenv("MESH_PUSH_ENDPOINT") == "" {
+		m.overlay["MESH_PUSH_ENDPOINT"] = apigwlocal.ManagementEndpoint("http://"+addr, pushStage)
+	}
 	m.cfg, err = config.Load(m.getenv)
 	return err
 }
+
+// pushStage is the StageName of the template's WebSocket API (PushStage).
+const pushStage = "push"
 
 // getenv is the environment the mesh runs with: meshlocal's own variables
 // over the process's.

@@ -40,6 +40,7 @@ type Server struct {
 	handlers map[string]httpapi.LambdaHandler
 	timeouts map[string]time.Duration
 	log      *slog.Logger
+	inv      *Invocations
 	// Now is the clock stamped into requestContext.time (tests pin it).
 	Now func() time.Time
 }
@@ -59,7 +60,7 @@ func NewServer(t *samtemplate.Template, handlers map[string]httpapi.LambdaHandle
 	for _, f := range t.Functions {
 		timeouts[f.LogicalID] = min(f.Timeout, IntegrationTimeout)
 	}
-	return &Server{router: r, handlers: handlers, timeouts: timeouts, log: log, Now: time.Now}, nil
+	return &Server{router: r, handlers: handlers, timeouts: timeouts, log: log, inv: NewInvocations(), Now: time.Now}, nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -97,6 +98,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev := BuildEvent(r, body, m, requestID, s.Now())
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeouts[m.Function])
 	defer cancel()
+	s.inv.Add(m.Function)
 	resp, err := s.invoke(ctx, h, ev)
 	if err != nil {
 		// What API Gateway answers when the integration fails: the cause is in
@@ -115,6 +117,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("bad function response", "function", m.Function, "route", ev.RouteKey, "request_id", requestID, "err", err)
 	}
 }
+
+// Invocations counts the functions this server invoked.
+func (s *Server) Invocations() map[string]int64 { return s.inv.Snapshot() }
 
 // invoke calls h, turning a panic into an error as the Lambda runtime would.
 func (s *Server) invoke(ctx context.Context, h httpapi.LambdaHandler, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {

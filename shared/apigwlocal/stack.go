@@ -18,23 +18,27 @@ import (
 )
 
 // Registry is what the local stack runs for each function of the template:
-// the HTTP handler of every function with HttpApi events and the job of
-// every function with Schedule events, keyed by logical ID.
+// the HTTP handler of every function with HttpApi events, the job of every
+// function with Schedule events and the handler of every function behind a
+// WebSocket API route, keyed by logical ID.
 type Registry struct {
-	HTTP map[string]httpapi.LambdaHandler
-	Jobs app.Jobs
+	HTTP      map[string]httpapi.LambdaHandler
+	Jobs      app.Jobs
+	WebSocket map[string]WebSocketHandler
 	// Replaced lists the template functions the local stack deliberately
 	// does not run, with what runs instead (e.g. a deploy-time function
-	// whose work the caller does itself before serving).
+	// whose work the caller does itself before serving, or a function that
+	// other functions invoke directly, such as the push relay).
 	Replaced map[string]string
 }
 
 // Check reports, naming every function concerned, where reg and the template
-// t disagree: a function with routes but no handler, a function with
-// schedules but no job, or a handler or job for a function that has no such
-// events. Replaced functions are not checked.
+// t disagree: a function with routes (HTTP or WebSocket) but no handler, a
+// function with schedules but no job, or a handler or job for a function
+// that has no such events. Replaced functions are not checked.
 func (reg Registry) Check(t *samtemplate.Template) error {
-	wantHTTP, wantJobs := map[string]bool{}, map[string]bool{}
+	wantHTTP, wantJobs, wantWS := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	wsRoutes := t.WebSocketFunctions()
 	var problems []string
 	for _, f := range t.Functions {
 		if _, ok := reg.Replaced[f.LogicalID]; ok {
@@ -46,20 +50,27 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 		if len(f.Schedules) > 0 {
 			wantJobs[f.LogicalID] = true
 		}
-		if len(f.Routes) == 0 && len(f.Schedules) == 0 {
-			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event, so the local stack cannot run it", f.LogicalID))
+		if len(wsRoutes[f.LogicalID]) > 0 {
+			wantWS[f.LogicalID] = true
+		}
+		if len(f.Routes) == 0 && len(f.Schedules) == 0 && len(wsRoutes[f.LogicalID]) == 0 {
+			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event nor a WebSocket route, so the local stack cannot run it", f.LogicalID))
 		}
 	}
 	// What is registered, true where it is not nil.
-	handlers, jobs := map[string]bool{}, map[string]bool{}
+	handlers, jobs, wsHandlers := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for id, h := range reg.HTTP {
 		handlers[id] = h != nil
+	}
+	for id, h := range reg.WebSocket {
+		wsHandlers[id] = h != nil
 	}
 	for id, j := range reg.Jobs {
 		jobs[id] = j != nil
 	}
 	missingHTTP, extraHTTP := compareIDs(wantHTTP, handlers)
 	missingJobs, extraJobs := compareIDs(wantJobs, jobs)
+	missingWS, extraWS := compareIDs(wantWS, wsHandlers)
 	add := func(ids []string, what string) {
 		if len(ids) > 0 {
 			sort.Strings(ids)
@@ -70,6 +81,8 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 	add(extraHTTP, "HTTP handler registered for a function without HttpApi events in template.yaml")
 	add(missingJobs, "no scheduled job registered for")
 	add(extraJobs, "scheduled job registered for a function without Schedule events in template.yaml")
+	add(missingWS, "no WebSocket handler registered for")
+	add(extraWS, "WebSocket handler registered for a function no WebSocket route of template.yaml invokes")
 	if len(problems) > 0 {
 		return fmt.Errorf("the local registry does not match template.yaml: %s", strings.Join(problems, "; "))
 	}
@@ -102,6 +115,20 @@ type Stack struct {
 	Partial bool
 	// OnScheduledRun, if set, is told about every scheduled run.
 	OnScheduledRun func(function string, took time.Duration, err error)
+	// WebSocket sets the WebSocket APIs' limits; the zero value is AWS's.
+	WebSocket WebSocketOptions
+
+	invOnce sync.Once
+	inv     *Invocations
+}
+
+// Invocations returns how many times each function was invoked so far (by
+// its routes or its schedules), by logical ID.
+func (s *Stack) Invocations() map[string]int64 { return s.invocations().Snapshot() }
+
+func (s *Stack) invocations() *Invocations {
+	s.invOnce.Do(func() { s.inv = NewInvocations() })
+	return s.inv
 }
 
 // Serve serves HTTP on ln and runs the schedules until ctx is done, then shuts
@@ -119,7 +146,7 @@ func (s *Stack) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		log.Warn("starting a partial local stack", "err", err)
 	}
-	srv, err := NewServer(s.Template, s.Registry.HTTP, log)
+	gw, err := newGateway(s.Template, s.Registry, s.WebSocket, log, s.invocations())
 	if err != nil {
 		ln.Close()
 		return err
@@ -129,7 +156,7 @@ func (s *Stack) Serve(ctx context.Context, ln net.Listener) error {
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	hs := &http.Server{
-		Handler:           srv,
+		Handler:           gw,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -145,7 +172,18 @@ func (s *Stack) Serve(ctx context.Context, ln net.Listener) error {
 	case err = <-served:
 		// The listener failed on its own; stop the schedules too.
 	case <-ctx.Done():
+		// The WebSocket connections are hijacked, out of hs's sight: they
+		// are closed (and their $disconnect run) alongside.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			wsCtx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			if err := gw.Shutdown(wsCtx); err != nil {
+				log.Warn("WebSocket shutdown", "err", err)
+			}
+		})
 		shutdown(hs, cancelBase)
+		wg.Wait()
 		<-served
 		err = nil
 	}
@@ -214,6 +252,7 @@ func (s *Stack) runSchedule(ctx context.Context, log *slog.Logger, f samtemplate
 		defer running.Done()
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		s.invocations().Add(f.LogicalID)
 		start := time.Now()
 		err := func() (err error) {
 			defer func() {

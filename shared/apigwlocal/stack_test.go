@@ -24,14 +24,20 @@ func okHandler(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatew
 	return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: `{"status":"ok"}`}, nil
 }
 
+func wsOK(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
 func TestCheckNamesEveryMismatchBetweenRegistryAndTemplate(t *testing.T) {
 	tpl := &samtemplate.Template{Functions: []samtemplate.Function{
 		{LogicalID: "HealthFunction", Routes: []samtemplate.Route{{Method: "GET", Path: "/v1/health"}}},
 		{LogicalID: "InboxFunction", Routes: []samtemplate.Route{{Method: "GET", Path: "/v1/inbox"}}},
 		{LogicalID: "TickFunction", Schedules: []samtemplate.Schedule{{Expr: "rate(1 minute)", Every: time.Minute}}},
 		{LogicalID: "MigrateFunction"},
-	}}
+		{LogicalID: "PushConnectFunction"},
+	}, WebSocketAPIs: []samtemplate.WebSocketAPI{{LogicalID: "PushApi", Stage: "push", Routes: map[string]string{"$connect": "PushConnectFunction"}}}}
 	job := func(context.Context) error { return nil }
+	ws := map[string]WebSocketHandler{"PushConnectFunction": wsOK}
 	replaced := map[string]string{"MigrateFunction": "the caller migrates before serving"}
 	tests := []struct {
 		name    string
@@ -39,10 +45,17 @@ func TestCheckNamesEveryMismatchBetweenRegistryAndTemplate(t *testing.T) {
 		wantErr []string
 	}{
 		{"a registry covering exactly the template passes (MigrateFunction is replaced)",
-			Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler, "InboxFunction": okHandler}, Jobs: app.Jobs{"TickFunction": job}, Replaced: replaced}, nil},
+			Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler, "InboxFunction": okHandler}, Jobs: app.Jobs{"TickFunction": job}, WebSocket: ws, Replaced: replaced}, nil},
+		{"a function behind a WebSocket route without a handler is named",
+			Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler, "InboxFunction": okHandler}, Jobs: app.Jobs{"TickFunction": job}, Replaced: replaced},
+			[]string{"no WebSocket handler registered for: PushConnectFunction"}},
+		{"a WebSocket handler for a function no route invokes is named",
+			Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler, "InboxFunction": okHandler}, Jobs: app.Jobs{"TickFunction": job}, Replaced: replaced,
+				WebSocket: map[string]WebSocketHandler{"PushConnectFunction": wsOK, "HealthFunction": wsOK}},
+			[]string{"WebSocket handler registered for a function no WebSocket route of template.yaml invokes: HealthFunction"}},
 		{"a function with neither routes nor schedules is named unless the registry replaces it",
 			Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler, "InboxFunction": okHandler}, Jobs: app.Jobs{"TickFunction": job}},
-			[]string{"MigrateFunction has neither an HttpApi nor a Schedule event"}},
+			[]string{"MigrateFunction has neither an HttpApi nor a Schedule event nor a WebSocket route"}},
 		{"a missing handler is named",
 			Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler}, Jobs: app.Jobs{"TickFunction": job}},
 			[]string{"no HTTP handler registered for: InboxFunction"}},

@@ -9,7 +9,7 @@ import (
 // domainPackages hold the mesh's rules. They return typed results and
 // mesh.Errors; HTTP, Lambda wiring and the local emulator live in the
 // adapters beside them and map errors once.
-var domainPackages = []string{"identity", "tasks", "outbox", "accounts", "dispatch", "mesh", "seal"}
+var domainPackages = []string{"identity", "tasks", "outbox", "accounts", "dispatch", "mesh", "seal", "push"}
 
 // transportPackages are what a domain package must not import, directly or
 // through another package: the HTTP adapter, the Lambda wiring, the web

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -58,12 +59,31 @@ func New(s *accounts.Service, log *slog.Logger) *Console {
 		"ago":   ago,
 		"parts": partsText,
 		"pct":   func(n, max int64) int64 { return n * 100 / maxInt(max, 1) },
+		"mode":  deliveryMode,
 	}
 	t := template.Must(template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html"))
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Console{Accounts: s, Log: log, pages: t}
+}
+
+// deliveryMode is the delivery mode (push, kafka, poll, mcp) a heartbeat's
+// stats report, or "" when they report none. Stats are the agent's own
+// free-form words: only a short plain word is shown.
+func deliveryMode(stats json.RawMessage) string {
+	var st struct {
+		Mode string `json:"mode"`
+	}
+	if json.Unmarshal(stats, &st) != nil || len(st.Mode) > 16 {
+		return ""
+	}
+	for _, c := range st.Mode {
+		if c < 'a' || c > 'z' {
+			return ""
+		}
+	}
+	return st.Mode
 }
 
 func maxInt(a, b int64) int64 {

@@ -110,6 +110,9 @@ type Dispatcher struct {
 	Clock     mesh.Clock
 	Log       *slog.Logger
 	Metrics   *metrics.Sink
+	// Pusher, when set, gets each committed batch's published records for
+	// the push channel (see Pusher); nil pushes nothing.
+	Pusher Pusher
 
 	Recipients         int           // recipients per batch (default 50)
 	PerRecipient       int           // events per recipient per batch (default 200)
@@ -117,6 +120,7 @@ type Dispatcher struct {
 	BaseBackoff        time.Duration // first retry delay after Kafka refused an event (default 5 s), doubled per attempt
 	UnreachableBackoff time.Duration // retry delay after Kafka could not be reached (default 1 s)
 	PublishTimeout     time.Duration // bound of one publish attempt (default DefaultPublishTimeout)
+	PushDrain          time.Duration // how long the end of Run waits for queued pushes (default DefaultPushDrain)
 
 	once sync.Once
 	// cursor is the last recipient of the previous batch: the next batch
@@ -124,6 +128,7 @@ type Dispatcher struct {
 	// events cannot starve the ones after them in key order.
 	cursorMu sync.Mutex
 	cursor   string
+	pushes   pushGate
 }
 
 // Stats counts what one batch did.
@@ -181,6 +186,7 @@ func (d *Dispatcher) defaults() {
 		orDefault(&d.BaseBackoff, 5*time.Second)
 		orDefault(&d.UnreachableBackoff, time.Second)
 		orDefault(&d.PublishTimeout, DefaultPublishTimeout)
+		orDefault(&d.PushDrain, DefaultPushDrain)
 	})
 }
 
@@ -213,7 +219,14 @@ func (d *Dispatcher) Run(ctx context.Context, budget time.Duration) error {
 	}
 	defer cancel()
 	var total Stats
-	defer func() { d.emitRunMetrics(ctx, total) }()
+	defer func() {
+		// Pushes queued by this run get a bounded moment to go out before
+		// the invocation returns and the Lambda is frozen.
+		pctx, cancel := d.pushDrainContext(ctx)
+		d.drainPushes(pctx)
+		cancel()
+		d.emitRunMetrics(ctx, total)
+	}()
 	var lastErr error
 	lastActive := time.Now()
 	// After a failed batch the pause doubles from 50 ms up to
@@ -302,8 +315,9 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	var st Stats
+	var published []pushed
 	err = d.DB.InTx(ctx, func(tx *sql.Tx) error {
-		st = Stats{}
+		st, published = Stats{}, nil
 		held, err := lockRecipients(ctx, tx, due, now)
 		if err != nil || len(held) == 0 {
 			return err
@@ -346,11 +360,22 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 			if err := d.settle(ctx, tx, b.holder, b.rows, b.errs, settledAt, &st); err != nil {
 				return err
 			}
+			if d.Pusher != nil {
+				// What settle marks sent: the prefix Kafka acknowledged.
+				for i := 0; i < b.sent && b.errs[i] == nil; i++ {
+					published = append(published, pushed{agentID: b.recipient, seq: b.rows[i].env.Seq, value: recs[b.first+i].Value})
+				}
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return st, err
+	}
+	// Only now, committed: a rolled-back batch pushes nothing.
+	if n := d.push(published); n > 0 {
+		d.Log.Warn("push handoff full; records not pushed (hosts fetch them from the inbox)", "records", n)
+		d.Metrics.Emit(map[string]float64{"PushDropped": float64(n)})
 	}
 	// Emitted per batch, after the commit, so the alarms fire at once.
 	if st.DeadLetters > 0 {

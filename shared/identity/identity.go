@@ -44,6 +44,22 @@ type Service struct {
 	// RequestCoolDown is how long a rejected friend request blocks the same
 	// request again (DefaultRequestCoolDown when zero).
 	RequestCoolDown time.Duration
+	// PushURL is the push channel's WebSocket URL, announced in every token
+	// response as push_url ("" when the mesh has none).
+	PushURL string
+	// OnKeysRevoked, when set, is called with the API keys a revocation
+	// revoked, after its transaction committed (never inside it, and never
+	// for a revocation that changed nothing): the push channel closes the
+	// connections those keys opened. It must not fail the revocation, so it
+	// returns nothing; the push janitor catches whatever it misses.
+	OnKeysRevoked func(ctx context.Context, keyIDs []string)
+}
+
+// keysRevoked runs the OnKeysRevoked hook, if any, for keyIDs.
+func (s *Service) keysRevoked(ctx context.Context, keyIDs []string) {
+	if s.OnKeysRevoked != nil && len(keyIDs) > 0 {
+		s.OnKeysRevoked(ctx, keyIDs)
+	}
 }
 
 // New builds the service from configuration.
@@ -61,7 +77,7 @@ func New(db *mysql.DB, cfg config.Config) (*Service, error) {
 	}
 	return &Service{
 		DB: db, Clock: mesh.SystemClock, AdminKey: cfg.AdminKey, JWTKeys: cfg.JWTKeys, JWTPublicKeys: cfg.JWTPublicKeys,
-		TokenTTL: cfg.TokenTTL, Sealer: s,
+		TokenTTL: cfg.TokenTTL, Sealer: s, PushURL: cfg.PushURL,
 		Kafka: KafkaInfo{Brokers: append([]string{}, cfg.KafkaPublicBrokers...), Topic: cfg.KafkaTopic, Auth: cfg.KafkaAuth},
 	}, nil
 }

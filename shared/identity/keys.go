@@ -193,6 +193,9 @@ func (s *Service) RotateKey(ctx context.Context, agentID string, opt RotateOptio
 		}
 		return Audit(ctx, tx, AdminActor, now, AuditKeyRotated, agentID, "", auditDetail("new key %s, revoked %v", keyID, out.RevokedKeyIDs))
 	})
+	if err == nil {
+		s.keysRevoked(ctx, out.RevokedKeyIDs)
+	}
 	return out, err
 }
 
@@ -218,7 +221,9 @@ func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (Revoked
 		return RevokedKey{}, notFound
 	}
 	out := RevokedKey{AgentID: agentID, KeyID: keyID}
+	var revokedNow bool
 	err := s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		revokedNow = false // a retried transaction starts over
 		// The agents row first, as RotateKey locks it: one lock order.
 		err := tx.QueryRowContext(ctx, "SELECT key_epoch FROM agents WHERE agent_id = ? FOR UPDATE", agentID).Scan(&out.KeyEpoch)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -247,7 +252,11 @@ func (s *Service) RevokeKey(ctx context.Context, agentID, keyID string) (Revoked
 		if err := bumpEpoch(ctx, tx, agentID); err != nil {
 			return err
 		}
+		revokedNow = true
 		return Audit(ctx, tx, AdminActor, out.RevokedAt, AuditKeyRevoked, agentID, "", auditDetail("key %s", keyID))
 	})
+	if err == nil && revokedNow {
+		s.keysRevoked(ctx, []string{keyID})
+	}
 	return out, err
 }

@@ -110,7 +110,7 @@ FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, ke
 	}
 	return TokenResponse{
 		Token: tok, TokenType: "Bearer", ExpiresIn: int(s.TokenTTL.Seconds()), AgentID: agentID,
-		RoutingID: s.Sealer.RoutingID(agentID), InboxKeys: keys, Kafka: s.Kafka,
+		RoutingID: s.Sealer.RoutingID(agentID), InboxKeys: keys, Kafka: s.Kafka, PushURL: s.PushURL,
 	}, nil
 }
 
@@ -186,6 +186,27 @@ func (s *Service) AuthenticateAgent(ctx context.Context, token string) (Caller, 
 		return Caller{}, mesh.Errorf(mesh.KindUnauthorized, "key_revoked", "the API key behind this token was revoked")
 	}
 	return Caller{AgentID: c.Subject, KeyID: c.KeyID}, nil
+}
+
+// AuthenticateAgentFrom is AuthenticateAgent for an entry point that
+// answers before any rate budget of the agent is spent (the push channel's
+// handshake): failed attempts are throttled per source address (sourceAddr,
+// "" when unknown) with the budget failed API keys spend, and while it is
+// spent every attempt is refused with 429 before the token is looked at, so
+// a handshake flood learns nothing.
+func (s *Service) AuthenticateAgentFrom(ctx context.Context, token, sourceAddr string) (Caller, error) {
+	now := s.Now()
+	throttles := authThrottles("", sourceAddr)
+	if err := s.checkThrottles(ctx, throttles, now); err != nil {
+		return Caller{}, err
+	}
+	c, err := s.AuthenticateAgent(ctx, token)
+	if me := mesh.AsError(err); err != nil && me.Kind == mesh.KindUnauthorized {
+		if err := s.spend(ctx, throttles, now); err != nil {
+			return Caller{}, err
+		}
+	}
+	return c, err
 }
 
 // AuthenticateAdmin compares the admin key in constant time. Failures are

@@ -26,6 +26,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/config"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/push/pushaws"
 	"github.com/agentmesh/agentmesh/shared/samtemplate"
 )
 
@@ -95,6 +96,7 @@ func TestSampleEventsAreRealEventsOfTheirFunction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wsRoutes := tpl.WebSocketFunctions()
 	for _, f := range tpl.Functions {
 		path := filepath.Join(root, "events", f.Dir+".json")
 		raw, err := os.ReadFile(path)
@@ -102,6 +104,32 @@ func TestSampleEventsAreRealEventsOfTheirFunction(t *testing.T) {
 			continue // reported by the directory test
 		}
 		switch {
+		case len(wsRoutes[f.LogicalID]) > 0:
+			t.Run("events/"+f.Dir+".json is a WebSocket API event of a route of "+f.LogicalID, func(t *testing.T) {
+				var ev events.APIGatewayWebsocketProxyRequest
+				if err := decodeStrict(raw, &ev); err != nil {
+					t.Fatalf("not an APIGatewayWebsocketProxyRequest: %v", err)
+				}
+				rc := ev.RequestContext
+				want := map[string]string{"$connect": "CONNECT", "$disconnect": "DISCONNECT", "$default": "MESSAGE"}[rc.RouteKey]
+				found := false
+				for _, api := range tpl.WebSocketAPIs {
+					found = found || (api.Routes[rc.RouteKey] == f.LogicalID && api.Stage == rc.Stage)
+				}
+				if !found || want == "" || rc.EventType != want || rc.ConnectionID == "" || rc.RequestID == "" {
+					t.Errorf("requestContext does not describe a route of %s in template.yaml (%v): %+v", f.LogicalID, wsRoutes[f.LogicalID], rc)
+				}
+			})
+		case f.LogicalID == "PushRelayFunction":
+			t.Run("events/"+f.Dir+".json is a request the relay function takes", func(t *testing.T) {
+				var req pushaws.RelayRequest
+				if err := decodeStrict(raw, &req); err != nil {
+					t.Fatalf("not a relay request: %v", err)
+				}
+				if err := req.Validate(); err != nil || len(req.Posts) == 0 {
+					t.Errorf("not a valid relay request with posts: %v", err)
+				}
+			})
 		case len(f.Routes) > 0:
 			t.Run("events/"+f.Dir+".json is an HTTP API event that routes to "+f.LogicalID, func(t *testing.T) {
 				var ev events.APIGatewayV2HTTPRequest

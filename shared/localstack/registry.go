@@ -7,6 +7,7 @@
 package localstack
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
@@ -18,6 +19,9 @@ import (
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity/identityhttp"
 	"github.com/agentmesh/agentmesh/shared/metrics"
+	"github.com/agentmesh/agentmesh/shared/push"
+	"github.com/agentmesh/agentmesh/shared/push/pushaws"
+	"github.com/agentmesh/agentmesh/shared/push/pushws"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 	"github.com/agentmesh/agentmesh/shared/tracing"
 )
@@ -36,6 +40,10 @@ type Deps struct {
 // with what it does instead.
 var Replaced = map[string]string{
 	"MigrateFunction": "meshlocal applies the embedded migrations itself before serving",
+	// On AWS the functions inside the VPC reach the @connections API
+	// through PushRelayFunction; locally they reach meshlocal's directly,
+	// with the same relay code that function runs.
+	"PushRelayFunction": "the local functions call the @connections endpoint of the local WebSocket API directly",
 }
 
 // NewRegistry is the one place that says which handler and which job the
@@ -44,7 +52,7 @@ var Replaced = map[string]string{
 // stack and AWS run identical code; TestRegistryServesExactlyTheTemplatesRoutesAndSchedules keeps it equal
 // to the template.
 func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
-	reg := apigwlocal.Registry{HTTP: map[string]httpapi.LambdaHandler{}, Jobs: app.Jobs{}, Replaced: Replaced}
+	reg := apigwlocal.Registry{HTTP: map[string]httpapi.LambdaHandler{}, WebSocket: map[string]apigwlocal.WebSocketHandler{}, Jobs: app.Jobs{}, Replaced: Replaced}
 	var dup []string
 	addHTTP := func(eps httpapi.Endpoints) {
 		for id, ep := range eps {
@@ -85,6 +93,25 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 	if d := deps.Dispatcher; d != nil {
 		// functions/dispatcher runs the same call.
 		addJob("DispatcherFunction", d.Job)
+	}
+
+	// The push channel, wired as functions/push-* and the dispatcher wire
+	// it: the relay is the @connections endpoint of MESH_PUSH_ENDPOINT
+	// (the local WebSocket API), none when the mesh has no push channel.
+	relay, err := pushaws.FromConfig(context.Background(), env.Config)
+	if err != nil {
+		return apigwlocal.Registry{}, err
+	}
+	conns := pushws.New(env, relay)
+	for id, h := range pushws.Handlers(conns) {
+		reg.WebSocket[id] = apigwlocal.WebSocketHandler(h)
+	}
+	for id, job := range pushws.Jobs(conns) {
+		addJob(id, job)
+	}
+	env.Identity.OnKeysRevoked = conns.OnKeysRevoked
+	if d := deps.Dispatcher; d != nil && relay != nil {
+		d.Pusher = &push.Sender{Directory: conns, Relay: relay, Log: env.Log, Metrics: deps.Metrics}
 	}
 
 	if len(dup) > 0 {

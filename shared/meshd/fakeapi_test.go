@@ -43,6 +43,10 @@ type fakeAPI struct {
 	statuses []statusCall
 	// terminal tasks answer a status move with 409 task_terminal.
 	terminal map[string]bool
+	// pushURL is announced as the token's push_url.
+	pushURL string
+	// revoked makes the token exchange refuse the key (401).
+	revoked bool
 }
 
 // statusCall is one POST /v1/tasks/{id}/status the fake received.
@@ -119,14 +123,17 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			APIKey string `json:"api_key"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		if req.APIKey == "amk_revoked" {
+		f.mu.Lock()
+		revoked := f.revoked
+		f.mu.Unlock()
+		if req.APIKey == "amk_revoked" || revoked {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(401)
 			_, _ = w.Write([]byte(`{"code":"invalid_api_key","status":401,"detail":"the API key is unknown, revoked or malformed"}`))
 			return
 		}
 		f.mu.Lock()
-		epoch := f.epoch
+		epoch, pushURL := f.epoch, f.pushURL
 		f.tokens++
 		f.mu.Unlock()
 		// Like the mesh: the keys of every epoch from the oldest retained
@@ -137,7 +144,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, 200, meshclient.Token{
 			Token: "tok", ExpiresIn: 3600, AgentID: f.agent, RoutingID: f.sealer.RoutingID(f.agent), InboxKeys: keys,
-			Kafka: meshclient.KafkaInfo{Brokers: f.brokers, Topic: f.topic, Auth: "none"},
+			Kafka: meshclient.KafkaInfo{Brokers: f.brokers, Topic: f.topic, Auth: "none"}, PushURL: pushURL,
 		})
 	case "GET /v1/inbox":
 		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)

@@ -134,6 +134,38 @@ func (r *runner) catchUp(ctx context.Context, upTo int64) error {
 	return nil
 }
 
+// catchUpInbox delivers whatever the inbox API has after the handled seq:
+// after a push connection opens (so nothing published meanwhile is missed),
+// and when a pushed frame cannot be used. It retries failures with backoff
+// until ctx ends; a fatal API error is returned.
+func (r *runner) catchUpInbox(ctx context.Context) error {
+	for attempt := 1; ; {
+		page, err := r.cfg.API.Inbox(ctx, r.state.LastSeq, r.cfg.PageSize, 0)
+		if err == nil {
+			if err = r.applyPage(ctx, page); err == nil {
+				if len(page.Events) < r.cfg.PageSize {
+					return nil // nothing more after this page
+				}
+				attempt = 1
+				continue
+			}
+			if !errors.Is(err, errInboxGap) {
+				return err
+			}
+		} else if fatal(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return errStop
+		}
+		r.log.Warn("inbox catch-up failed; retrying", "last_seq", r.state.LastSeq, "attempt", attempt, "err", err)
+		if !r.sleep(ctx, attempt) {
+			return errStop
+		}
+		attempt++
+	}
+}
+
 var errInboxGap = errors.New("meshd: the inbox API skipped a seq it still retains")
 
 // applyPage delivers a page's new events in order. Events before the page's
@@ -194,7 +226,8 @@ func (r *runner) catchUpIfStalled(ctx context.Context) error {
 }
 
 // pollLoop long-polls the inbox API. back, when not nil, closes when auto
-// mode finds Kafka reachable again: the loop then ends with errKafkaBack
+// mode finds Kafka or the push channel reachable again: the loop then ends
+// with errChannelBack
 // (the long-poll in progress is cut; an event being handled is finished).
 func (r *runner) pollLoop(ctx context.Context, back <-chan struct{}) error {
 	pctx, cancel := context.WithCancel(ctx)
@@ -213,7 +246,7 @@ func (r *runner) pollLoop(ctx context.Context, back <-chan struct{}) error {
 			return errStop
 		}
 		if pctx.Err() != nil {
-			return errKafkaBack
+			return errChannelBack
 		}
 		return nil
 	}

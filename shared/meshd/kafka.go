@@ -93,8 +93,9 @@ func (r *runner) openConsumer(ctx context.Context, t *kafkaTarget) (*kgo.Client,
 // name: deliverLoop opens a new one.
 var errTopicRecreated = errors.New("meshd: the Kafka topic was recreated")
 
-// errKafkaBack ends poll mode: auto mode found Kafka reachable again.
-var errKafkaBack = errors.New("meshd: Kafka is reachable again")
+// errChannelBack ends poll mode: auto mode found Kafka (or the push
+// channel) reachable again.
+var errChannelBack = errors.New("meshd: the delivery channel is reachable again")
 
 // probeUntilReachable probes the brokers every ProbeEvery until one answers
 // (the returned channel closes) or ctx ends.

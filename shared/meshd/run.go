@@ -1,6 +1,7 @@
 // Package meshd is the agent-host daemon's logic: it delivers the agent's
 // events to a handler in seq order, exactly once per marked event, from the
-// agent's own Kafka partition (or the inbox API when Kafka is out of reach),
+// agent's own Kafka partition or the push channel (a WebSocket the mesh
+// posts the same records to), or the inbox API when neither is in reach,
 // filling gaps from the inbox API and persisting its progress atomically. A
 // handler failure is retried with backoff, then parked (dead-letter file,
 // task failed) so one event never stops the agent's mail.
@@ -10,7 +11,8 @@
 //
 // The code is split by responsibility: run.go (lifecycle), presence.go
 // (heartbeats and goodbye), kafka.go (mode choice, consumer, switching
-// back), inbox.go (poll mode and catch-up), deliver.go (handler runs,
+// back), push.go (the push channel: connections, pings, planned
+// reconnects), inbox.go (poll mode and catch-up), deliver.go (handler runs,
 // retry, park), deadletter.go (the parked events' files and retry),
 // control.go (what a supervisor sees and does: the mode hook, what a stop
 // waits for, the interrupt that kills a handler, a recreated topic),
@@ -34,15 +36,20 @@ import (
 	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
+	"github.com/agentmesh/agentmesh/shared/push"
 )
 
 // Delivery modes.
 const (
 	ModeKafka = "kafka" // consume the agent's partition; fail over to nothing
 	ModePoll  = "poll"  // long-poll GET /v1/inbox only
-	// ModeAuto uses Kafka when the brokers answer within ProbeTimeout, else
-	// polls the inbox API while probing Kafka every ProbeEvery, and moves to
-	// Kafka as soon as it answers.
+	// ModePush holds a WebSocket to the token's push_url and gets the
+	// agent's records pushed; it reconnects (with backoff) when it is lost.
+	ModePush = "push"
+	// ModeAuto uses push when the token announces a push_url, else Kafka
+	// when the brokers answer within ProbeTimeout; when that channel is out
+	// of reach it polls the inbox API while probing the channel every
+	// ProbeEvery, and moves back to it as soon as it answers.
 	ModeAuto = "auto"
 )
 
@@ -100,8 +107,32 @@ type Config struct {
 	// KafkaOpts are appended to the consumer's franz-go options.
 	KafkaOpts []kgo.Opt
 
-	// OnMode is called with the agent and the delivery mode (ModeKafka or
-	// ModePoll) when delivery starts and at every switch, e.g. to publish
+	// PushURL overrides the push channel URL the token announces.
+	PushURL string
+	// PushPingEvery is how often an idle push connection is pinged, and
+	// PushPingTimeout how long a pong may take before the connection is
+	// given up; defaults DefaultPushPingEvery and DefaultPushPingTimeout.
+	PushPingEvery, PushPingTimeout time.Duration
+	// PushMaxAge is the gateway's limit on a connection's life (default
+	// push.MaxConnAge); meshd replaces a connection 1/12 to 2/12 of it
+	// before (planned reconnect: the new one opens first).
+	PushMaxAge time.Duration
+	// PushRetryBase is the window the first reconnect after a lost
+	// connection is spread over, doubling per failure up to PushRetryMax;
+	// defaults DefaultPushRetryBase and DefaultPushRetryMax.
+	PushRetryBase, PushRetryMax time.Duration
+	// PushDialsPerMinute caps the handshakes a minute; default
+	// DefaultPushDialsPerMinute.
+	PushDialsPerMinute int
+	// PushQueue bounds the received frames waiting for the handler; beyond
+	// it frames are dropped and read from the inbox API. Default
+	// DefaultPushQueue.
+	PushQueue int
+	// PushDialTimeout bounds one handshake; default DefaultPushDialTimeout.
+	PushDialTimeout time.Duration
+
+	// OnMode is called with the agent and the delivery mode (ModeKafka,
+	// ModePush or ModePoll) when delivery starts and at every switch, e.g. to publish
 	// it to `meshd status`. It must not block.
 	OnMode func(agentID, mode string)
 	// Interrupt, when closed during a stop, kills the handler in flight
@@ -125,9 +156,9 @@ func (c *Config) defaults() error {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeAuto
-	case ModeAuto, ModeKafka, ModePoll:
+	case ModeAuto, ModeKafka, ModePoll, ModePush:
 	default:
-		return fmt.Errorf("meshd: unknown mode %q (want %s, %s or %s)", c.Mode, ModeAuto, ModeKafka, ModePoll)
+		return fmt.Errorf("meshd: unknown mode %q (want %s, %s, %s or %s)", c.Mode, ModeAuto, ModePush, ModeKafka, ModePoll)
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -153,6 +184,18 @@ func (c *Config) defaults() error {
 	def(&c.HandlerBackoffMax, 10*time.Minute)
 	def(&c.GoodbyeTimeout, 5*time.Second)
 	def(&c.FlushEvery, 5*time.Second)
+	def(&c.PushPingEvery, DefaultPushPingEvery)
+	def(&c.PushPingTimeout, DefaultPushPingTimeout)
+	def(&c.PushMaxAge, push.MaxConnAge)
+	def(&c.PushRetryBase, DefaultPushRetryBase)
+	def(&c.PushRetryMax, DefaultPushRetryMax)
+	def(&c.PushDialTimeout, DefaultPushDialTimeout)
+	if c.PushDialsPerMinute <= 0 {
+		c.PushDialsPerMinute = DefaultPushDialsPerMinute
+	}
+	if c.PushQueue <= 0 {
+		c.PushQueue = DefaultPushQueue
+	}
 	if c.HandlerAttempts <= 0 {
 		c.HandlerAttempts = 10
 	}
@@ -188,7 +231,7 @@ type runner struct {
 	keys         map[int][]byte
 	keysOf       string
 	refreshedFor int
-	mode         atomic.Value // string: ModeKafka or ModePoll, read by heartbeats
+	mode         atomic.Value // string: ModeKafka, ModePush or ModePoll, read by heartbeats
 	state        State
 	dirty        bool // state.Offset moved without being persisted
 	flushed      time.Time
@@ -301,9 +344,18 @@ func (r *runner) run(ctx context.Context, tok meshclient.Token) error {
 	return loopErr
 }
 
-// deliverLoop chooses the mode and delivers until ctx ends: on Kafka, or
-// through the inbox API, switching to Kafka when auto mode finds it back.
+// deliverLoop chooses the mode and delivers until ctx ends: by push, on
+// Kafka, or through the inbox API, switching back to push or Kafka when
+// auto mode finds it reachable again.
 func (r *runner) deliverLoop(ctx context.Context, tok meshclient.Token) error {
+	if r.cfg.Mode == ModePush || r.cfg.Mode == ModeAuto {
+		if url := r.pushURL(tok); url != "" {
+			return r.pushDeliver(ctx, url)
+		}
+		if r.cfg.Mode == ModePush {
+			return errors.New("meshd: mode push but the mesh announced no push_url")
+		}
+	}
 	target, err := r.kafkaTarget(ctx, tok)
 	if err != nil {
 		return err
@@ -339,7 +391,7 @@ func (r *runner) deliverLoop(ctx context.Context, tok meshclient.Token) error {
 		}
 		err := r.pollLoop(ctx, back)
 		stopProbe()
-		if !errors.Is(err, errKafkaBack) {
+		if !errors.Is(err, errChannelBack) {
 			return err
 		}
 		if consumer, part, err = r.openConsumer(ctx, target); err != nil {

@@ -7,7 +7,6 @@
 package samtemplate
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +26,8 @@ import (
 type Template struct {
 	// Functions are sorted by logical ID.
 	Functions []Function
+	// WebSocketAPIs are sorted by logical ID.
+	WebSocketAPIs []WebSocketAPI
 }
 
 // Function is one AWS::Serverless::Function.
@@ -96,12 +97,20 @@ func Load(path string) (*Template, error) {
 	if g, err := cf.GetServerlessGlobalFunction(); err == nil && g.Timeout != nil {
 		timeout = time.Duration(*g.Timeout) * time.Second
 	}
-	custom, err := customResources(path)
+	res, err := readRaw(path)
 	if err != nil {
 		return nil, err
 	}
+	custom := customResources(res)
 	t := &Template{}
 	var errs []error
+	functions := map[string]bool{}
+	for id := range cf.GetAllServerlessFunctionResources() {
+		functions[id] = true
+	}
+	apis, wsErrs := webSocketAPIs(res, functions)
+	t.WebSocketAPIs = apis
+	errs = append(errs, wsErrs...)
 	for id, fn := range cf.GetAllServerlessFunctionResources() {
 		f := Function{LogicalID: id, Dir: FunctionDir(id), Timeout: timeout, CustomResources: custom[id]}
 		if fn.Timeout != nil {
@@ -160,54 +169,22 @@ func Load(path string) (*Template, error) {
 }
 
 // customResources maps a function's logical ID to the Custom::* resources
-// whose ServiceToken is !GetAtt <function>.Arn. goformation resolves GetAtt
-// to a placeholder, so this reads the template with intrinsics left as they
-// are written.
-func customResources(path string) (map[string][]CustomResource, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := intrinsics.ProcessYAML(data, &intrinsics.ProcessorOptions{NoProcess: true})
-	if err != nil {
-		return nil, fmt.Errorf("samtemplate: parse %s: %w", path, err)
-	}
-	var doc struct {
-		Resources map[string]struct {
-			Type       string
-			Properties struct {
-				ServiceToken any
-			}
-		}
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("samtemplate: parse %s: %w", path, err)
-	}
+// whose ServiceToken is !GetAtt <function>.Arn, read from the resources as
+// written (goformation resolves GetAtt to a placeholder).
+func customResources(res map[string]rawResource) map[string][]CustomResource {
 	out := map[string][]CustomResource{}
-	for id, r := range doc.Resources {
+	for id, r := range res {
 		if !strings.HasPrefix(r.Type, "Custom::") && r.Type != "AWS::CloudFormation::CustomResource" {
 			continue
 		}
-		var target string
-		switch v := r.Properties.ServiceToken.(type) {
-		case map[string]any:
-			switch ga := v["Fn::GetAtt"].(type) {
-			case []any:
-				if len(ga) == 2 && ga[1] == "Arn" {
-					target, _ = ga[0].(string)
-				}
-			case string:
-				target = strings.TrimSuffix(ga, ".Arn")
-			}
-		}
-		if target != "" {
+		if target := getAttArn(r.Properties["ServiceToken"]); target != "" {
 			out[target] = append(out[target], CustomResource{LogicalID: id, Type: r.Type})
 		}
 	}
 	for _, list := range out {
 		sort.Slice(list, func(i, j int) bool { return list[i].LogicalID < list[j].LogicalID })
 	}
-	return out, nil
+	return out
 }
 
 func (t *Template) checkUniqueRoutes() error {

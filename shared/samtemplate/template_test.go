@@ -113,3 +113,65 @@ func TestFunctionDirIsTheMakefilesKebabCase(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadResolvesEachWebSocketRouteToItsFunction(t *testing.T) {
+	tpl, err := Load("testdata/templates/websocket.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []WebSocketAPI{{
+		LogicalID: "PushApi", Stage: "push",
+		Routes: map[string]string{
+			"$connect":    "PushConnectFunction",
+			"$disconnect": "PushDisconnectFunction",
+			"$default":    "PushDefaultFunction",
+		},
+	}}
+	if !reflect.DeepEqual(tpl.WebSocketAPIs, want) {
+		t.Errorf("WebSocketAPIs:\n got %+v\nwant %+v", tpl.WebSocketAPIs, want)
+	}
+	if got := tpl.WebSocketFunctions(); !reflect.DeepEqual(got, map[string][]string{
+		"PushConnectFunction":    {"PushApi $connect"},
+		"PushDisconnectFunction": {"PushApi $disconnect"},
+		"PushDefaultFunction":    {"PushApi $default"},
+	}) {
+		t.Errorf("WebSocketFunctions() = %v", got)
+	}
+	if _, ok := tpl.Function("PushRelayFunction"); !ok {
+		t.Error("a function without events is still a function of the template")
+	}
+}
+
+func TestLoadRejectsWebSocketAPIsTheLocalStackCannotServe(t *testing.T) {
+	tests := []struct {
+		name, file, wantErr string
+	}{
+		{"a route invoking a function the template lacks is refused, naming it", "websocket-unknown-function.yaml",
+			"DefaultIntegration: route DefaultRoute invokes GoneFunction, which is not an AWS::Serverless::Function"},
+		{"a WebSocket API without a stage is refused", "websocket-no-stage.yaml", "PushApi: a WebSocket API needs an AWS::ApiGatewayV2::Stage"},
+		{"a custom route key is refused", "websocket-custom-route.yaml", `DefaultRoute: route key "sendmessage" is not emulated`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load("testdata/templates/" + tt.file)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// The repository's own template must load, whatever WebSocket API it has.
+func TestTheRepositoryTemplateLoads(t *testing.T) {
+	tpl, err := Load("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, api := range tpl.WebSocketAPIs {
+		for _, key := range WebSocketRouteKeys {
+			if api.Routes[key] == "" {
+				t.Errorf("%s has no %s route", api.LogicalID, key)
+			}
+		}
+	}
+}

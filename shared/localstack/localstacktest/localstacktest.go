@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
@@ -39,12 +40,29 @@ type Options struct {
 	Partitions int32
 	// Log receives the logs of the handlers, the server and the dispatcher.
 	Log *slog.Logger
+	// Push announces the stack's own WebSocket API to the handlers:
+	// MESH_PUSH_URL and MESH_PUSH_ENDPOINT are set to PushURL and
+	// PushEndpoint (unless Env sets them).
+	Push bool
+	// WebSocket sets the WebSocket API's limits (zero: AWS's); a short
+	// MaxConnAge simulates 2 h passing.
+	WebSocket apigwlocal.WebSocketOptions
 }
+
+// pushStage is the StageName of the template's WebSocket API.
+const pushStage = "push"
 
 // Stack is a running in-process mesh API.
 type Stack struct {
 	// URL is the base URL of the API (an httptest server).
 	URL string
+	// PushURL is the WebSocket API's URL (ws://host/push) and PushEndpoint
+	// its @connections management endpoint (http://host/push), both on
+	// the API's port.
+	PushURL, PushEndpoint string
+	// Gateway serves the API; it counts invocations (Invocations) and
+	// live WebSocket connections.
+	Gateway *apigwlocal.Gateway
 	// AdminKey authenticates the /v1/admin routes.
 	AdminKey string
 	// Config is the configuration the handlers run with.
@@ -74,6 +92,15 @@ func Start(t testing.TB, o Options) *Stack {
 	_, dsn := mysqltest.New(t)
 	vars := map[string]string{"MYSQL_DSN": dsn}
 	st := &Stack{}
+	// The listener comes first: the configuration names the stack's URLs.
+	api := httptest.NewUnstartedServer(nil)
+	t.Cleanup(api.Close) // also when Start fails before serving
+	st.URL = "http://" + api.Listener.Addr().String()
+	st.PushURL = apigwlocal.WebSocketURL(st.URL, pushStage)
+	st.PushEndpoint = apigwlocal.ManagementEndpoint(st.URL, pushStage)
+	if o.Push {
+		vars["MESH_PUSH_URL"], vars["MESH_PUSH_ENDPOINT"] = st.PushURL, st.PushEndpoint
+	}
 	if o.Kafka {
 		partitions := o.Partitions
 		if partitions == 0 {
@@ -118,13 +145,22 @@ func Start(t testing.TB, o Options) *Stack {
 	if st.Template, err = samtemplate.Load(filepath.Join(st.Root, "template.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apigwlocal.NewServer(st.Template, st.Registry.HTTP, log)
-	if err != nil {
+	if st.Gateway, err = apigwlocal.NewGateway(st.Template, st.Registry, o.WebSocket, log); err != nil {
+		api.Close()
 		t.Fatal(err)
 	}
-	api := httptest.NewServer(srv)
-	t.Cleanup(api.Close)
-	st.URL = api.URL
+	api.Config.Handler = st.Gateway
+	api.Start()
+	// Registered after the database's cleanup, so it runs before it: every
+	// $disconnect has run when the pool closes.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := st.Gateway.Shutdown(ctx); err != nil {
+			t.Errorf("localstacktest: %v", err)
+		}
+		api.Close()
+	})
 	return st
 }
 

@@ -1,0 +1,279 @@
+package push
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/api"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
+)
+
+// Directory says which connections an agent has open and forgets the ones
+// that are gone; push.Service is the real one.
+type Directory interface {
+	// Targets returns the live connection ids of each agent, oldest first.
+	Targets(ctx context.Context, agentIDs []string) (map[string][]string, error)
+	// Forget drops connections that are gone.
+	Forget(ctx context.Context, connectionIDs []string) error
+}
+
+// Sender defaults and bounds.
+const (
+	// DefaultSenderQueue is how many records may wait for the worker; past
+	// it Push drops (and counts) instead of waiting.
+	DefaultSenderQueue = 10000
+	// DefaultSenderBatch is how many queued records one round takes: one
+	// Targets lookup and one wave of posts.
+	DefaultSenderBatch = 500
+	// DefaultSenderParallel is how many relay calls one round makes at once.
+	DefaultSenderParallel = 8
+	// DefaultSenderTimeout bounds one round (lookup, posts, forgets).
+	DefaultSenderTimeout = 10 * time.Second
+)
+
+// Sender copies the dispatcher's published records to their recipients'
+// live connections. It implements dispatch.Pusher: Push never blocks (a
+// bounded queue; when full the record is dropped and counted, and the host
+// covers the gap from GET /v1/inbox), and one worker at a time sends what is
+// queued, round after round, so the records of a connection are posted in
+// the order they were pushed. A record larger than MaxMessageBytes goes out
+// as a nudge ({"v":2,"seq":N,"fetch":true}); connections the relay reports
+// gone are forgotten.
+//
+// Metrics: PushSent (messages posted, nudges included), PushNudged,
+// PushDropped (records never posted: queue full, lookup or relay failure),
+// PushGone (connections found gone).
+type Sender struct {
+	Directory Directory
+	Relay     Relay
+	Log       *slog.Logger
+	Metrics   *metrics.Sink
+
+	Queue    int           // records waiting at most (default DefaultSenderQueue)
+	Batch    int           // records per round (default DefaultSenderBatch)
+	Parallel int           // relay calls at once (default DefaultSenderParallel)
+	Timeout  time.Duration // bound of one round (default DefaultSenderTimeout)
+
+	once    sync.Once
+	mu      sync.Mutex
+	queue   []record
+	running bool
+	idle    chan struct{} // closed when the running worker stops
+	dropped atomic.Int64  // dropped by Push since last emitted
+}
+
+// record is one pushed record waiting in the queue.
+type record struct {
+	agentID string
+	seq     int64
+	value   []byte
+}
+
+func (s *Sender) defaults() {
+	s.once.Do(func() {
+		if s.Log == nil {
+			s.Log = slog.Default()
+		}
+		if s.Metrics == nil {
+			s.Metrics = metrics.Default
+		}
+		if s.Queue <= 0 {
+			s.Queue = DefaultSenderQueue
+		}
+		if s.Batch <= 0 {
+			s.Batch = DefaultSenderBatch
+		}
+		if s.Parallel <= 0 {
+			s.Parallel = DefaultSenderParallel
+		}
+		if s.Timeout <= 0 {
+			s.Timeout = DefaultSenderTimeout
+		}
+	})
+}
+
+// Push queues one published record for agentID's connections. It never
+// blocks: with Queue records already waiting, the record is dropped.
+func (s *Sender) Push(agentID string, seq int64, value []byte) {
+	s.defaults()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) >= s.Queue {
+		if s.dropped.Add(1) == 1 {
+			s.Log.Warn("push queue full; dropping pushes (hosts fetch them from the inbox)", "queue", s.Queue)
+		}
+		return
+	}
+	s.queue = append(s.queue, record{agentID: agentID, seq: seq, value: value})
+	if !s.running {
+		s.running, s.idle = true, make(chan struct{})
+		go s.work()
+	}
+}
+
+// Drain waits until everything queued has been sent, or ctx ends.
+func (s *Sender) Drain(ctx context.Context) {
+	s.defaults()
+	s.mu.Lock()
+	idle, running := s.idle, s.running
+	s.mu.Unlock()
+	if running {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+		}
+	}
+	s.emitDropped()
+}
+
+// work sends round after round until the queue is empty, then exits: an
+// idle Sender holds no goroutine.
+func (s *Sender) work() {
+	for {
+		s.mu.Lock()
+		n := min(len(s.queue), s.Batch)
+		if n == 0 {
+			s.running = false
+			close(s.idle)
+			s.mu.Unlock()
+			return
+		}
+		round := slices.Clone(s.queue[:n])
+		clear(s.queue[:n])
+		s.queue = s.queue[n:]
+		s.mu.Unlock()
+		s.send(round)
+		s.emitDropped()
+	}
+}
+
+func (s *Sender) emitDropped() {
+	if n := s.dropped.Swap(0); n > 0 {
+		s.Metrics.Emit(map[string]float64{"PushDropped": float64(n)})
+	}
+}
+
+// send posts one round: one Targets lookup, then each connection's records
+// in seq order, connections spread over at most Parallel relay calls.
+func (s *Sender) send(round []record) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
+	defer cancel()
+	defer func() {
+		// A panicking directory or relay costs this round, not the worker.
+		if r := recover(); r != nil {
+			s.Log.Error("push round panicked; its records are not pushed", "panic", r)
+			s.Metrics.Emit(map[string]float64{"PushDropped": float64(len(round))})
+		}
+	}()
+	// Per agent, agents in the order they first appear.
+	byAgent := map[string][]record{}
+	var agents []string
+	for _, r := range round {
+		if _, ok := byAgent[r.agentID]; !ok {
+			agents = append(agents, r.agentID)
+		}
+		byAgent[r.agentID] = append(byAgent[r.agentID], r)
+	}
+	targets, err := s.Directory.Targets(ctx, agents)
+	if err != nil {
+		s.Log.Warn("push: looking up connections failed; round dropped (hosts fetch from the inbox)", "records", len(round), "err", err)
+		s.Metrics.Emit(map[string]float64{"PushDropped": float64(len(round))})
+		return
+	}
+	// Each connection lands in exactly one call, so its messages keep their
+	// order within that call.
+	calls := make([][]Message, 0, s.Parallel)
+	nudged, conns := 0, 0
+	for _, agent := range agents {
+		recs := byAgent[agent]
+		// Two overlapping dispatcher runs may hand one agent's records over
+		// out of seq order; within a round, restore it.
+		slices.SortStableFunc(recs, func(a, b record) int { return cmp.Compare(a.seq, b.seq) })
+		frames := make([][]byte, len(recs))
+		for i, r := range recs {
+			frames[i] = r.value
+			if len(r.value) > MaxMessageBytes {
+				frames[i] = Nudge(r.seq)
+				nudged++
+			}
+		}
+		for _, conn := range targets[agent] {
+			if len(calls) < s.Parallel {
+				calls = append(calls, nil)
+			}
+			k := conns % s.Parallel
+			conns++
+			for _, f := range frames {
+				calls[k] = append(calls[k], Message{ConnectionID: conn, Data: f})
+			}
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		gone     []string
+		failed   int
+		attempts int
+	)
+	for _, msgs := range calls {
+		attempts += len(msgs)
+		wg.Go(func() {
+			g, err := s.post(ctx, msgs)
+			mu.Lock()
+			defer mu.Unlock()
+			gone = append(gone, g...)
+			if err != nil {
+				failed += len(msgs)
+				s.Log.Warn("push: relay call failed; its messages are dropped (hosts fetch from the inbox)", "messages", len(msgs), "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	m := map[string]float64{"PushSent": float64(attempts - failed)}
+	if nudged > 0 {
+		m["PushNudged"] = float64(nudged)
+	}
+	if failed > 0 {
+		m["PushDropped"] = float64(failed)
+	}
+	if len(gone) > 0 {
+		m["PushGone"] = float64(len(gone))
+	}
+	s.Metrics.Emit(m)
+	if len(gone) > 0 {
+		if err := s.Directory.Forget(ctx, gone); err != nil {
+			s.Log.Warn("push: forgetting gone connections failed; the janitor will", "connections", len(gone), "err", err)
+		}
+	}
+}
+
+// post is one relay call; a panic in the relay fails that call only.
+func (s *Sender) post(ctx context.Context, msgs []Message) (gone []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			gone, err = nil, fmt.Errorf("push: relay panicked: %v", r)
+		}
+	}()
+	return s.Relay.Post(ctx, msgs)
+}
+
+// Service is the Directory of the deployment.
+var _ Directory = (*Service)(nil)
+
+// Nudge is the frame pushed in place of a record too large for one
+// WebSocket message: it tells meshd to read event seq from GET /v1/inbox.
+func Nudge(seq int64) []byte {
+	b, _ := json.Marshal(api.PushFrame{V: mesh.EnvelopeVersion, Seq: seq, Fetch: true})
+	return b
+}

@@ -1,0 +1,495 @@
+package push
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/api"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
+)
+
+// Bounds of the connection registry.
+const (
+	// ClientFrameBurst and ClientFramePer are the budget of data frames a
+	// client may send on one connection (GCRA: a burst, then one per
+	// period: 20 a minute). meshd sends none (pings are control frames,
+	// answered by API Gateway without a function), so the budget only
+	// bounds what a misbehaving client costs in function runs.
+	ClientFrameBurst = 20
+	ClientFramePer   = 3 * time.Second
+	// MaxClientFrameBytes is the largest data frame a client may send; a
+	// larger one closes the connection like a flood does.
+	MaxClientFrameBytes = 4 << 10
+	// MaxIDLength bounds connection and instance ids (the columns' width).
+	MaxIDLength = 128
+	// ExpireGrace is how long past its expires_at a row is kept before the
+	// janitor forgets it: API Gateway closes a connection at its age limit
+	// by itself, and $disconnect usually deletes the row first.
+	ExpireGrace = time.Minute
+	// ExpireBatch bounds the rows one janitor run handles per kind
+	// (expired, revoked); the next run takes the rest.
+	ExpireBatch = 500
+	// maxInList bounds the ids of one IN (...) list; larger inputs are
+	// queried in chunks.
+	maxInList = 500
+)
+
+// ConnectRequest is the $connect route's handshake.
+type ConnectRequest struct {
+	// ConnectionID is API Gateway's id of the new connection.
+	ConnectionID string
+	// Token is the agent's mesh token (from the Authorization header or
+	// the bearer.<token> subprotocol).
+	Token string
+	// InstanceID is meshd's X-Mesh-Instance ("" when not sent).
+	InstanceID string
+	// SourceAddr is the client's address, for throttling failed handshakes
+	// ("" when unknown).
+	SourceAddr string
+}
+
+// Conn is one live connection of an agent.
+type Conn struct {
+	ConnectionID string
+	AgentID      string
+	KeyID        string
+	// RoutingID is the agent's routing id when the service's identity holds
+	// the inbox master key (its Sealer), else "": the $connect function, by
+	// least privilege, does not. Nothing routes by it; it is for operators.
+	RoutingID   string
+	InstanceID  string
+	ConnectedAt time.Time
+	ExpiresAt   time.Time
+}
+
+// Service is the registry of the push channel's connections, in MySQL. It
+// is safe for concurrent use.
+type Service struct {
+	DB       *mysql.DB
+	Identity *identity.Service
+	// Relay reaches the connections; nil closes a connection by forgetting
+	// its row only (no bye, no DeleteConnection).
+	Relay Relay
+	// MaxConnAge is how long a connection is served (MaxConnAge when zero).
+	MaxConnAge time.Duration
+	// Clock is the service's time (mesh.SystemClock when nil).
+	Clock mesh.Clock
+	// Log receives relay failures (slog.Default when nil). Tokens are
+	// never logged.
+	Log *slog.Logger
+
+	// afterAuth, in tests, runs between the token check and the
+	// transaction: where a racing revocation lands.
+	afterAuth func()
+}
+
+func (s *Service) now() time.Time {
+	if s.Clock == nil {
+		return mesh.SystemClock()
+	}
+	return s.Clock()
+}
+
+func (s *Service) maxAge() time.Duration {
+	if s.MaxConnAge <= 0 {
+		return MaxConnAge
+	}
+	return s.MaxConnAge
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+var (
+	errNoToken = mesh.Errorf(mesh.KindUnauthorized, "missing_token",
+		"the handshake needs the agent's token: Authorization: Bearer <token>, or the subprotocols mesh.v1, bearer.<token>")
+	errKeyRevoked = mesh.Errorf(mesh.KindUnauthorized, "key_revoked", "the API key behind this token was revoked")
+)
+
+// validID reports whether id can be stored as a connection or instance id:
+// printable ASCII without spaces, at most MaxIDLength bytes. API Gateway's
+// ids are base64; anything else is a client's or an emulator's mistake.
+func validID(id string) bool {
+	if id == "" || len(id) > MaxIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Connect authenticates a handshake and records its connection. Beyond
+// MaxConnsPerAgent the agent's oldest connections are forgotten in the same
+// transaction and, once it committed, told ByeReplaced and closed.
+func (s *Service) Connect(ctx context.Context, req ConnectRequest) (Conn, error) {
+	if !validID(req.ConnectionID) {
+		return Conn{}, mesh.Errorf(mesh.KindInvalid, "invalid_connection_id", "the connection id must be 1 to %d printable characters", MaxIDLength)
+	}
+	if req.InstanceID != "" && !validID(req.InstanceID) {
+		return Conn{}, mesh.Errorf(mesh.KindInvalid, "invalid_instance_id", "X-Mesh-Instance must be 1 to %d printable characters without spaces", MaxIDLength)
+	}
+	if strings.TrimSpace(req.Token) == "" {
+		return Conn{}, errNoToken
+	}
+	caller, err := s.Identity.AuthenticateAgentFrom(ctx, req.Token, req.SourceAddr)
+	if err != nil {
+		return Conn{}, err
+	}
+	// A handshake is a request of the agent like any other: a valid token
+	// cannot reconnect faster than the agent's rate limit allows.
+	if err := identity.TakeRate(ctx, s.DB, caller.AgentID, s.now()); err != nil {
+		return Conn{}, err
+	}
+	if s.afterAuth != nil {
+		s.afterAuth()
+	}
+	now := s.now()
+	c := Conn{
+		ConnectionID: req.ConnectionID, AgentID: caller.AgentID, KeyID: caller.KeyID, InstanceID: req.InstanceID,
+		ConnectedAt: now, ExpiresAt: now.Add(s.maxAge()),
+	}
+	if s.Identity.Sealer != nil {
+		c.RoutingID = s.Identity.Sealer.RoutingID(caller.AgentID)
+	}
+	var evicted []string
+	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		evicted = nil
+		// The agents row first, as RevokeKey and RotateKey lock it: one lock
+		// order, and connects of one agent serialise here, so the cap holds
+		// under concurrent handshakes. Re-reading the key under that lock
+		// closes the race with a revocation: either it committed first (the
+		// key reads revoked) or it waits for this commit and its hook then
+		// finds this row.
+		var one int
+		if err := tx.QueryRowContext(ctx, "SELECT 1 FROM agents WHERE agent_id = ? FOR UPDATE", c.AgentID).Scan(&one); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return errKeyRevoked
+			}
+			return err
+		}
+		var live int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM api_keys WHERE key_id = ? AND agent_id = ? AND revoked_at IS NULL LOCK IN SHARE MODE",
+			c.KeyID, c.AgentID).Scan(&live); err != nil {
+			return err
+		}
+		if live != 1 {
+			return errKeyRevoked
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT connection_id FROM push_connections WHERE agent_id = ? ORDER BY connected_at, connection_id FOR UPDATE", c.AgentID)
+		if err != nil {
+			return err
+		}
+		var existing []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			existing = append(existing, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO push_connections
+(connection_id, agent_id, key_id, routing_id, instance_id, connected_at, expires_at, frame_tat_us) VALUES (?, ?, ?, ?, ?, ?, ?, 0)`,
+			c.ConnectionID, c.AgentID, c.KeyID, c.RoutingID, c.InstanceID, c.ConnectedAt, c.ExpiresAt); err != nil {
+			if mysql.IsDuplicate(err) {
+				return mesh.Errorf(mesh.KindConflict, "connection_exists", "the connection id is already registered")
+			}
+			return err
+		}
+		if over := len(existing) + 1 - MaxConnsPerAgent; over > 0 {
+			evicted = existing[:over]
+			return deleteIn(ctx, tx, evicted)
+		}
+		return nil
+	})
+	if err != nil {
+		return Conn{}, err
+	}
+	s.sayByeAndClose(ctx, evicted, api.ByeReplaced)
+	return c, nil
+}
+
+// Disconnect forgets a connection ($disconnect); an unknown one is no error.
+func (s *Service) Disconnect(ctx context.Context, connectionID string) error {
+	if !validID(connectionID) {
+		return nil
+	}
+	_, err := s.DB.ExecContext(ctx, "DELETE FROM push_connections WHERE connection_id = ?", connectionID)
+	return err
+}
+
+// Received spends one unit of the connection's client frame budget for a
+// data frame of size bytes. A frame over the budget or over
+// MaxClientFrameBytes closes the connection (ByeRateLimited) and forgets
+// it. A frame of an unknown connection is ignored.
+func (s *Service) Received(ctx context.Context, connectionID string, size int) error {
+	if !validID(connectionID) {
+		return nil
+	}
+	if size <= MaxClientFrameBytes {
+		n := s.now().UnixMicro()
+		iv, tol := ClientFramePer.Microseconds(), ClientFramePer.Microseconds()*ClientFrameBurst
+		// One statement: the unit is taken only while the budget allows it.
+		res, err := s.DB.ExecContext(ctx, `UPDATE push_connections SET frame_tat_us = GREATEST(frame_tat_us, ?) + ?
+WHERE connection_id = ? AND GREATEST(frame_tat_us, ?) + ? - ? <= ?`, n, iv, connectionID, n, iv, tol, n)
+		if err != nil {
+			return err
+		}
+		if k, _ := res.RowsAffected(); k == 1 {
+			return nil
+		}
+	}
+	var one int
+	err := s.DB.QueryRowContext(ctx, "SELECT 1 FROM push_connections WHERE connection_id = ?", connectionID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.closeAndForget(ctx, []string{connectionID}, api.ByeRateLimited)
+}
+
+// Targets returns the live connections of each of agentIDs, oldest first:
+// those not past their age and whose key is not revoked. Agents without
+// one are absent from the map.
+func (s *Service) Targets(ctx context.Context, agentIDs []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	now := s.now()
+	for chunk := range chunks(dedup(agentIDs), maxInList) {
+		args := make([]any, 0, len(chunk)+1)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		args = append(args, now)
+		rows, err := s.DB.QueryContext(ctx, `SELECT c.agent_id, c.connection_id FROM push_connections c
+JOIN api_keys k ON k.key_id = c.key_id
+WHERE c.agent_id IN (`+mysql.Placeholders(len(chunk))+`) AND c.expires_at > ? AND k.revoked_at IS NULL
+ORDER BY c.agent_id, c.connected_at, c.connection_id`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var agent, conn string
+			if err := rows.Scan(&agent, &conn); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[agent] = append(out[agent], conn)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Forget deletes the rows of connections that are gone (a 410 from the
+// management API); unknown ids are ignored.
+func (s *Service) Forget(ctx context.Context, connectionIDs []string) error {
+	for chunk := range chunks(dedup(connectionIDs), maxInList) {
+		if err := deleteIn(ctx, s.DB, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Expire is the push janitor's run: connections past their age (plus
+// ExpireGrace) are told ByeExpired, those of revoked keys ByeRevoked; both
+// are closed and forgotten. At most ExpireBatch of each per run.
+func (s *Service) Expire(ctx context.Context) error {
+	now := s.now()
+	expired, err := s.ids(ctx, "SELECT connection_id FROM push_connections WHERE expires_at < ? ORDER BY expires_at LIMIT ?", now.Add(-ExpireGrace), ExpireBatch)
+	if err != nil {
+		return err
+	}
+	revoked, err := s.ids(ctx, `SELECT c.connection_id FROM push_connections c JOIN api_keys k ON k.key_id = c.key_id
+WHERE k.revoked_at IS NOT NULL ORDER BY c.connection_id LIMIT ?`, ExpireBatch)
+	if err != nil {
+		return err
+	}
+	return errors.Join(s.closeAndForget(ctx, expired, api.ByeExpired), s.closeAndForget(ctx, without(revoked, expired), api.ByeRevoked))
+}
+
+// CloseKeys closes the connections opened with tokens of keyIDs (ByeRevoked)
+// and forgets them: identity's OnKeysRevoked hook.
+func (s *Service) CloseKeys(ctx context.Context, keyIDs []string) error {
+	var conns []string
+	for chunk := range chunks(dedup(keyIDs), maxInList) {
+		args := make([]any, 0, len(chunk)+1)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		// Each agent holds at most MaxConnsPerAgent rows; the limit only
+		// bounds a pathological table, and the janitor takes any rest.
+		args = append(args, ExpireBatch)
+		ids, err := s.ids(ctx, "SELECT connection_id FROM push_connections WHERE key_id IN ("+mysql.Placeholders(len(chunk))+") ORDER BY connection_id LIMIT ?", args...)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, ids...)
+	}
+	return s.closeAndForget(ctx, conns, api.ByeRevoked)
+}
+
+// OnKeysRevoked is CloseKeys shaped as identity.Service.OnKeysRevoked: a
+// failure is logged (the janitor closes what this missed), never returned
+// to the revocation, which has committed.
+func (s *Service) OnKeysRevoked(ctx context.Context, keyIDs []string) {
+	// The revocation answered its caller already or is about to: its
+	// cancellation must not cut the closing short.
+	if err := s.CloseKeys(context.WithoutCancel(ctx), keyIDs); err != nil {
+		s.log().Warn("push: closing the connections of revoked keys failed; the push janitor will", "keys", len(keyIDs), "err", err)
+	}
+}
+
+// closeAndForget says bye to conns, closes them and deletes their rows. A
+// row whose connection could not be closed is kept for the next janitor run
+// (its connection may still be open); one that is gone is forgotten.
+func (s *Service) closeAndForget(ctx context.Context, conns []string, reason string) error {
+	if len(conns) == 0 {
+		return nil
+	}
+	if err := s.sayBye(ctx, conns, reason); err != nil {
+		return err
+	}
+	if s.Relay != nil {
+		if err := s.Relay.Close(ctx, conns); err != nil {
+			return err
+		}
+	}
+	return s.Forget(ctx, conns)
+}
+
+// sayByeAndClose tells connections already forgotten why they go and closes
+// them; failures are logged: the rows are gone, and API Gateway ends the
+// connection at its age limit at the latest.
+func (s *Service) sayByeAndClose(ctx context.Context, conns []string, reason string) {
+	if len(conns) == 0 || s.Relay == nil {
+		return
+	}
+	if err := s.sayBye(ctx, conns, reason); err != nil {
+		s.log().Warn("push: bye failed", "reason", reason, "connections", len(conns), "err", err)
+	}
+	if err := s.Relay.Close(ctx, conns); err != nil {
+		s.log().Warn("push: close failed", "reason", reason, "connections", len(conns), "err", err)
+	}
+}
+
+// sayBye posts the bye frame; gone connections are no error (they are
+// being forgotten anyway).
+func (s *Service) sayBye(ctx context.Context, conns []string, reason string) error {
+	if s.Relay == nil {
+		return nil
+	}
+	msgs := make([]Message, len(conns))
+	for i, c := range conns {
+		msgs[i] = Message{ConnectionID: c, Data: ByeFrame(reason)}
+	}
+	_, err := s.Relay.Post(ctx, msgs)
+	return err
+}
+
+// ByeFrame is the frame {"v":2,"bye":reason} sent before the server closes
+// a connection.
+func ByeFrame(reason string) []byte {
+	b, _ := json.Marshal(api.PushFrame{V: mesh.EnvelopeVersion, Bye: reason})
+	return b
+}
+
+// ids runs a query selecting one string column.
+func (s *Service) ids(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := s.DB.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// execer is *sql.DB, *sql.Tx or *mysql.DB.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// deleteIn deletes the rows of ids (at most maxInList).
+func deleteIn(ctx context.Context, q execer, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	_, err := q.ExecContext(ctx, "DELETE FROM push_connections WHERE connection_id IN ("+mysql.Placeholders(len(ids))+")", args...)
+	return err
+}
+
+// chunks yields s in slices of at most n.
+func chunks(s []string, n int) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
+
+// dedup drops repeated and empty ids, keeping the first occurrence's order.
+func dedup(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// without is a minus b.
+func without(a, b []string) []string {
+	drop := make(map[string]bool, len(b))
+	for _, id := range b {
+		drop[id] = true
+	}
+	var out []string
+	for _, id := range a {
+		if !drop[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}

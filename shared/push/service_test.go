@@ -1,0 +1,428 @@
+package push_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/api"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/push"
+	"github.com/agentmesh/agentmesh/shared/push/pushtest"
+	"github.com/agentmesh/agentmesh/shared/testenv"
+)
+
+// fixture is a push service on a fresh database with a recording relay.
+type fixture struct {
+	id    *identity.Service
+	svc   *push.Service
+	relay *pushtest.Relay
+	clock *testenv.Clock
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	id, clock, _ := identitytest.NewService(t)
+	relay := pushtest.NewRelay()
+	svc := &push.Service{DB: id.DB, Identity: id, Relay: relay, MaxConnAge: 2 * time.Hour, Clock: clock.Now}
+	return &fixture{id: id, svc: svc, relay: relay, clock: clock}
+}
+
+// connect opens connection conn for token, failing the test on error.
+func (f *fixture) connect(t *testing.T, conn, token string) push.Conn {
+	t.Helper()
+	c, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: conn, Token: token, InstanceID: "inst-1", SourceAddr: "192.0.2.1"})
+	if err != nil {
+		t.Fatalf("connect %s: %v", conn, err)
+	}
+	return c
+}
+
+// targets is Targets for one agent.
+func (f *fixture) targets(t *testing.T, agent string) []string {
+	t.Helper()
+	m, err := f.svc.Targets(context.Background(), []string{agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[agent]
+}
+
+func (f *fixture) rows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := f.id.DB.QueryRow("SELECT COUNT(*) FROM push_connections").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func bye(reason string) string { return string(push.ByeFrame(reason)) }
+
+// keyIDOf is the key id inside an API key "amk_<12-character id>_<secret>".
+func keyIDOf(apiKey string) string { return apiKey[4:16] }
+
+// TestAtMostTwoConnectionsPerAgent: a third connection of an agent takes the
+// oldest one's place: its row is gone, and it is told "replaced" and closed;
+// the newer two stay, and other agents are untouched.
+func TestAtMostTwoConnectionsPerAgent(t *testing.T) {
+	f := newFixture(t)
+	_, tok := identitytest.NewAgent(t, f.id, "capped")
+	_, other := identitytest.NewAgent(t, f.id, "bystander")
+	f.connect(t, "bystander-1", other)
+	for _, c := range []string{"conn-a", "conn-b"} {
+		f.connect(t, c, tok)
+		f.clock.Advance(time.Second)
+	}
+	c := f.connect(t, "conn-c", tok)
+
+	t.Run("the connection records who opened it", func(t *testing.T) {
+		if c.AgentID != "capped" || c.KeyID == "" || c.RoutingID == "" || c.InstanceID != "inst-1" || !c.ExpiresAt.Equal(c.ConnectedAt.Add(2*time.Hour)) {
+			t.Errorf("conn %+v", c)
+		}
+	})
+	t.Run("the newest two remain, oldest first", func(t *testing.T) {
+		if got := f.targets(t, "capped"); !slices.Equal(got, []string{"conn-b", "conn-c"}) {
+			t.Errorf("targets %v", got)
+		}
+	})
+	t.Run("the oldest is told replaced, then closed", func(t *testing.T) {
+		if got := f.relay.PostsTo("conn-a"); !slices.Equal(got, []string{bye(api.ByeReplaced)}) {
+			t.Errorf("posts to conn-a %q", got)
+		}
+		if got := f.relay.Closed(); !slices.Equal(got, []string{"conn-a"}) {
+			t.Errorf("closed %v", got)
+		}
+	})
+	t.Run("another agent's connection is untouched", func(t *testing.T) {
+		if got := f.targets(t, "bystander"); !slices.Equal(got, []string{"bystander-1"}) {
+			t.Errorf("targets %v", got)
+		}
+	})
+}
+
+// TestConcurrentConnectsKeepTheCap: handshakes of one agent racing each
+// other still leave at most two rows.
+func TestConcurrentConnectsKeepTheCap(t *testing.T) {
+	f := newFixture(t)
+	_, tok := identitytest.NewAgent(t, f.id, "racer")
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("race-%d", i), Token: tok})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.rows(t); n != push.MaxConnsPerAgent {
+		t.Fatalf("%d rows after 8 concurrent connects, want %d", n, push.MaxConnsPerAgent)
+	}
+	if n := len(f.relay.Closed()); n != 8-push.MaxConnsPerAgent {
+		t.Fatalf("%d connections closed, want %d", n, 8-push.MaxConnsPerAgent)
+	}
+}
+
+// TestARevokedTokenIsRefusedAtConnect: a token whose key was revoked, or
+// that expired, or that is missing, is refused with 401 and writes nothing.
+func TestARevokedTokenIsRefusedAtConnect(t *testing.T) {
+	f := newFixture(t)
+	key, revokedTok := identitytest.NewAgent(t, f.id, "revoked")
+	if _, err := f.id.RevokeKey(context.Background(), "revoked", keyIDOf(key)); err != nil {
+		t.Fatal(err)
+	}
+	_, expiring := identitytest.NewAgent(t, f.id, "expiring")
+	cases := []struct {
+		name, token string
+		before      func()
+		code        string
+	}{
+		{"a token of a revoked key is refused", revokedTok, nil, "key_revoked"},
+		{"a missing token is refused", "", nil, "missing_token"},
+		{"a garbled token is refused", "eyJhbGciOiJFZERTQSJ9.e30.c2ln", nil, "invalid_token"},
+		{"an expired token is refused", expiring, func() { f.clock.Advance(2 * time.Hour) }, "invalid_token"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.before != nil {
+				c.before()
+			}
+			_, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("refused-%d", i), Token: c.token, SourceAddr: "192.0.2.9"})
+			if me := mesh.AsError(err); me.Kind != mesh.KindUnauthorized || me.Code != c.code {
+				t.Fatalf("err %v, want 401 %s", err, c.code)
+			}
+			if n := f.rows(t); n != 0 {
+				t.Fatalf("%d rows written", n)
+			}
+		})
+	}
+}
+
+// TestARevocationRacingTheHandshakeWins: a key revoked after the token
+// was checked but before the connection is recorded still refuses the
+// handshake (the transaction re-reads the key under the agent's lock), so
+// no connection of a revoked key outlives its revocation's hook.
+func TestARevocationRacingTheHandshakeWins(t *testing.T) {
+	f := newFixture(t)
+	key, tok := identitytest.NewAgent(t, f.id, "racing")
+	f.svc.SetAfterAuth(func() {
+		if _, err := f.id.RevokeKey(context.Background(), "racing", keyIDOf(key)); err != nil {
+			t.Error(err)
+		}
+	})
+	_, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: "late", Token: tok})
+	if me := mesh.AsError(err); me.Kind != mesh.KindUnauthorized || me.Code != "key_revoked" {
+		t.Fatalf("err %v, want 401 key_revoked", err)
+	}
+	if n := f.rows(t); n != 0 {
+		t.Fatalf("%d rows written", n)
+	}
+}
+
+// TestRevocationClosesTheKeysConnections: with the hook wired, revoking a
+// key (or rotating with revoke_existing) tells that key's connections
+// "revoked", closes and forgets them, and leaves the other keys' alone.
+func TestRevocationClosesTheKeysConnections(t *testing.T) {
+	f := newFixture(t)
+	f.id.OnKeysRevoked = f.svc.OnKeysRevoked
+	ctx := context.Background()
+	key1, tok1 := identitytest.NewAgent(t, f.id, "holder")
+	rot, err := f.id.RotateKey(ctx, "holder", identity.RotateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok2, err := f.id.IssueToken(ctx, rot.APIKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.connect(t, "by-key-1", tok1)
+	f.connect(t, "by-key-2", tok2.Token)
+
+	t.Run("revoking a key closes its connection only", func(t *testing.T) {
+		if _, err := f.id.RevokeKey(ctx, "holder", keyIDOf(key1)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.relay.PostsTo("by-key-1"); !slices.Equal(got, []string{bye(api.ByeRevoked)}) {
+			t.Errorf("posts %q", got)
+		}
+		if got := f.relay.Closed(); !slices.Equal(got, []string{"by-key-1"}) {
+			t.Errorf("closed %v", got)
+		}
+		if got := f.targets(t, "holder"); !slices.Equal(got, []string{"by-key-2"}) {
+			t.Errorf("targets %v", got)
+		}
+	})
+	t.Run("a rotation revoking the existing keys closes the rest", func(t *testing.T) {
+		f.relay.Reset()
+		if _, err := f.id.RotateKey(ctx, "holder", identity.RotateOptions{RevokeExisting: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.relay.Closed(); !slices.Equal(got, []string{"by-key-2"}) {
+			t.Errorf("closed %v", got)
+		}
+		if n := f.rows(t); n != 0 {
+			t.Errorf("%d rows left", n)
+		}
+	})
+}
+
+// TestClientFramesAreRateLimited: a connection may send a burst of small
+// frames; the first frame over the budget, or one oversized frame, gets
+// "rate_limited", a close and the row deleted.
+func TestClientFramesAreRateLimited(t *testing.T) {
+	cases := []struct {
+		name   string
+		frames []int // sizes
+		closed bool
+	}{
+		{"a burst within the budget is allowed", slices.Repeat([]int{10}, push.ClientFrameBurst), false},
+		{"one frame over the budget closes the connection", slices.Repeat([]int{10}, push.ClientFrameBurst+1), true},
+		{"one oversized frame closes the connection", []int{push.MaxClientFrameBytes + 1}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			_, tok := identitytest.NewAgent(t, f.id, "chatty")
+			f.connect(t, "noisy", tok)
+			for _, size := range c.frames {
+				if err := f.svc.Received(context.Background(), "noisy", size); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closed := slices.Equal(f.relay.Closed(), []string{"noisy"})
+			if closed != c.closed {
+				t.Fatalf("closed %v, want %v", f.relay.Closed(), c.closed)
+			}
+			if c.closed {
+				if got := f.relay.PostsTo("noisy"); !slices.Equal(got, []string{bye(api.ByeRateLimited)}) {
+					t.Errorf("posts %q", got)
+				}
+				if n := f.rows(t); n != 0 {
+					t.Errorf("%d rows left", n)
+				}
+			}
+		})
+	}
+	t.Run("the budget refills with time", func(t *testing.T) {
+		f := newFixture(t)
+		_, tok := identitytest.NewAgent(t, f.id, "patient")
+		f.connect(t, "steady", tok)
+		for range 3 * push.ClientFrameBurst {
+			if err := f.svc.Received(context.Background(), "steady", 10); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Advance(push.ClientFramePer)
+		}
+		if got := f.relay.Closed(); len(got) != 0 {
+			t.Fatalf("closed %v", got)
+		}
+	})
+}
+
+// TestTargetsSkipExpiredAndRevoked: the dispatcher gets each agent's live
+// connections, oldest first, never one past its age or of a revoked key,
+// for any number of agents.
+func TestTargetsSkipExpiredAndRevoked(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	_, oldTok := identitytest.NewAgent(t, f.id, "elder")
+	f.connect(t, "old-1", oldTok)
+	f.clock.Advance(90 * time.Minute)
+	key, revTok := identitytest.NewAgent(t, f.id, "revokee")
+	f.connect(t, "rev-1", revTok) // young: only its revocation hides it
+	// A second connection of elder, through a newer key, opened later.
+	tok, err := f.id.IssueToken(ctx, mustRotate(t, f.id, "elder"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.connect(t, "old-2", tok.Token)
+	_, liveTok := identitytest.NewAgent(t, f.id, "live2")
+	f.connect(t, "live-1", liveTok)
+	f.clock.Advance(31 * time.Minute) // old-1 is past 2 h
+	if _, err := f.id.RevokeKey(ctx, "revokee", keyIDOf(key)); err != nil {
+		t.Fatal(err)
+	}
+
+	many := []string{"elder", "revokee", "live2", "elder"}
+	for i := range 1200 { // more than one IN list
+		many = append(many, fmt.Sprintf("nobody-%d", i))
+	}
+	got, err := f.svc.Targets(ctx, many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"elder": {"old-2"}, "live2": {"live-1"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("targets %v, want %v", got, want)
+	}
+}
+
+func mustRotate(t *testing.T, s *identity.Service, agent string) string {
+	t.Helper()
+	r, err := s.RotateKey(context.Background(), agent, identity.RotateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.APIKey
+}
+
+// TestTheJanitorExpiresOldConnections: a connection of a revoked key (whose
+// hook did not run) is told "revoked" at the next run; past its age plus
+// the grace a connection is told "expired"; both are closed and forgotten,
+// and a young one stays.
+func TestTheJanitorExpiresOldConnections(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	_, oldTok := identitytest.NewAgent(t, f.id, "old")
+	f.connect(t, "aged", oldTok)
+	f.clock.Advance(2*time.Hour - time.Minute)
+	key, revTok := identitytest.NewAgent(t, f.id, "rev")
+	f.connect(t, "revoked-conn", revTok)
+	_, youngTok := identitytest.NewAgent(t, f.id, "young")
+	f.connect(t, "young-conn", youngTok)
+	// No hook: the revocation leaves its connection to the janitor.
+	if _, err := f.id.RevokeKey(ctx, "rev", keyIDOf(key)); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a revoked key's connection is told revoked at once; the aged one is within the grace", func(t *testing.T) {
+		f.clock.Advance(time.Minute + push.ExpireGrace/2) // aged is 30 s past its age
+		if err := f.svc.Expire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.relay.PostsTo("revoked-conn"); !slices.Equal(got, []string{bye(api.ByeRevoked)}) {
+			t.Errorf("posts to revoked-conn %q", got)
+		}
+		if got := f.relay.Closed(); !slices.Equal(got, []string{"revoked-conn"}) {
+			t.Errorf("closed %v", got)
+		}
+	})
+	t.Run("past the grace the aged one is told expired, closed and forgotten", func(t *testing.T) {
+		f.relay.Reset()
+		f.clock.Advance(push.ExpireGrace)
+		if err := f.svc.Expire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.relay.PostsTo("aged"); !slices.Equal(got, []string{bye(api.ByeExpired)}) {
+			t.Errorf("posts to aged %q", got)
+		}
+		if got := f.relay.Closed(); !slices.Equal(got, []string{"aged"}) {
+			t.Errorf("closed %v", got)
+		}
+	})
+	t.Run("the young connection stays", func(t *testing.T) {
+		if got := f.targets(t, "young"); !slices.Equal(got, []string{"young-conn"}) {
+			t.Errorf("young targets %v", got)
+		}
+		if n := f.rows(t); n != 1 {
+			t.Errorf("%d rows left, want only young-conn", n)
+		}
+	})
+}
+
+// TestTheJanitorRunsWithoutARelay: with no relay (a function that cannot
+// reach the management API), closing is forgetting the row.
+func TestTheJanitorRunsWithoutARelay(t *testing.T) {
+	f := newFixture(t)
+	f.svc.Relay = nil
+	_, tok := identitytest.NewAgent(t, f.id, "lonely")
+	f.connect(t, "lonely-1", tok)
+	f.clock.Advance(3 * time.Hour)
+	if err := f.svc.Expire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.rows(t); n != 0 {
+		t.Fatalf("%d rows left", n)
+	}
+}
+
+// TestHandshakesSpendTheAgentsRateBudget: a valid token cannot reconnect
+// faster than the agent's rate limit: past the burst, 429.
+func TestHandshakesSpendTheAgentsRateBudget(t *testing.T) {
+	f := newFixture(t)
+	_, tok := identitytest.NewAgent(t, f.id, "reconnector")
+	var err error
+	n := 0
+	for ; n <= identity.RateBurst && err == nil; n++ {
+		_, err = f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("again-%d", n), Token: tok})
+	}
+	if me := mesh.AsError(err); me.Kind != mesh.KindRateLimited {
+		t.Fatalf("%d handshakes of one agent at one instant: last err %v, want 429", n, err)
+	}
+	if rows := f.rows(t); rows != push.MaxConnsPerAgent {
+		t.Fatalf("%d rows, want %d", rows, push.MaxConnsPerAgent)
+	}
+}
