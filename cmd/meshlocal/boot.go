@@ -352,6 +352,9 @@ func (m *localMesh) serve(ctx context.Context) error {
 	}
 	m.baseURL = "http://" + ln.Addr().String()
 	stack := &apigwlocal.Stack{Template: m.tpl, Registry: m.reg, Log: m.log, Partial: m.o.Partial}
+	// The gateway ends connections at the age the mesh plans with (2 h, as
+	// on AWS, unless MESH_PUSH_MAX_CONN_AGE simulates a shorter limit).
+	stack.WebSocket.MaxConnAge = m.cfg.PushMaxConnAge
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	m.served = make(chan error, 1)
 	go func() { m.served <- stack.Serve(serveCtx, ln) }()

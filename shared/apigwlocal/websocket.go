@@ -47,12 +47,18 @@ type WebSocketOptions struct {
 	// MaxConnAge: a connection is closed with 1001 at this age (AWS: 2 h).
 	MaxConnAge time.Duration
 	// SendQueue bounds the messages waiting for one connection; a POST
-	// that finds it full waits at most WriteTimeout for room, then closes
-	// the connection as too slow (default 64).
+	// that finds it full waits for room within PostTimeout, then closes
+	// the connection with 1008 as too slow (default 64).
 	SendQueue int
 	// WriteTimeout bounds how long one message may take to reach the
 	// client; a client that does not take it in time is closed (default 5 s).
+	// POSTs do not wait for writes: they answer once the message is queued.
 	WriteTimeout time.Duration
+	// PostTimeout bounds a whole POST to @connections, reading its body
+	// and waiting for queue room included (default 2 s). Keep it below the
+	// relay's per-call timeout (pushaws.DefaultCallTimeout, 5 s), so that a
+	// stalled client is closed and answered 410 before the relay gives up.
+	PostTimeout time.Duration
 	// Now stamps connectedAt, requestTime and lastActiveAt (tests pin it);
 	// the limits above run on the real clock.
 	Now func() time.Time
@@ -76,6 +82,9 @@ func (o WebSocketOptions) withDefaults() WebSocketOptions {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 5 * time.Second
+	}
+	if o.PostTimeout <= 0 {
+		o.PostTimeout = 2 * time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -134,10 +143,11 @@ type wsConn struct {
 	userAgent   string
 	host        string
 
-	ws    *websocket.Conn
-	guard *frameGuard
-	send  chan outgoing
-	done  chan struct{} // closed once the connection is over
+	ws      *websocket.Conn
+	guard   *frameGuard
+	send    chan []byte
+	closing chan struct{} // closed once the gateway closes it: posts are 410 from then on
+	done    chan struct{} // closed once the connection is over
 
 	lastActive   atomic.Int64 // real clock, UnixNano: the idle timeout
 	lastActiveAt atomic.Int64 // opts.Now, UnixMilli: GET @connections
@@ -147,22 +157,20 @@ type wsConn struct {
 	closedBy  *closeStatus // the gateway's own close, if it closed first
 }
 
-// outgoing is one POSTed message and where to report its fate.
-type outgoing struct {
-	data   []byte
-	result chan error
-}
-
-// close closes the connection with st, once; the close handshake runs in
-// the background (the library gives the client 5 s to answer). Before the
-// upgrade completes, the close waits for it.
+// close closes the connection with st, once. The writer first sends what
+// is already queued (a bye posted just before a DELETE arrives before the
+// close, as API Gateway delivers an accepted post), within WriteTimeout,
+// then runs the close handshake (the library gives the client 5 s to
+// answer); a client too slow to take its messages is closed at once.
+// Before the upgrade completes, the close waits for it.
 func (c *wsConn) close(st closeStatus) {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closedBy = &st
 		ws := c.ws
 		c.mu.Unlock()
-		if ws != nil {
+		close(c.closing)
+		if ws != nil && st == closeTooSlow {
 			go func() { _ = ws.Close(st.Code, st.Reason) }()
 		}
 	})
@@ -253,7 +261,7 @@ func (a *webSocketAPI) serveUpgrade(w http.ResponseWriter, r *http.Request) {
 	now := a.opts.Now()
 	c := &wsConn{
 		id: a.newConnectionID(), connectedAt: now, sourceIP: sourceIP(r), userAgent: r.UserAgent(), host: r.Host,
-		send: make(chan outgoing, a.opts.SendQueue), done: make(chan struct{}),
+		send: make(chan []byte, a.opts.SendQueue), closing: make(chan struct{}), done: make(chan struct{}),
 	}
 	c.touch(a.opts.Now)
 
@@ -359,27 +367,27 @@ func (a *webSocketAPI) readLoop(c *wsConn) (websocket.StatusCode, string) {
 			a.log.Error("$default failed", "api", a.api.LogicalID, "function", a.api.Routes["$default"], "request_id", requestID, "err", err)
 			b, _ := json.Marshal(map[string]string{"message": "Internal server error", "connectionId": c.id, "requestId": requestID})
 			select {
-			case c.send <- outgoing{data: b}:
+			case c.send <- b:
 			default:
 			}
 		}
 	}
 }
 
-// writeLoop writes the POSTed messages in order, each within WriteTimeout;
+// writeLoop writes the queued messages in order, each within WriteTimeout;
 // a client that does not take one in time is closed.
 func (a *webSocketAPI) writeLoop(c *wsConn) {
 	for {
 		select {
 		case <-c.done:
 			return
-		case m := <-c.send:
+		case <-c.closing:
+			a.flushAndClose(c)
+			return
+		case data := <-c.send:
 			ctx, cancel := context.WithTimeout(context.Background(), a.opts.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, m.data)
+			err := c.ws.Write(ctx, websocket.MessageText, data)
 			cancel()
-			if m.result != nil {
-				m.result <- err
-			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				c.close(closeTooSlow)
 			}
@@ -388,6 +396,29 @@ func (a *webSocketAPI) writeLoop(c *wsConn) {
 			}
 		}
 	}
+}
+
+// flushAndClose writes what is still queued, all of it within one
+// WriteTimeout, then closes with the gateway's status (unless the
+// connection was closed as too slow: close did that already).
+func (a *webSocketAPI) flushAndClose(c *wsConn) {
+	st := c.closedByGateway()
+	if st == nil || *st == closeTooSlow {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.WriteTimeout)
+	defer cancel()
+	for flushed := false; !flushed; {
+		select {
+		case data := <-c.send:
+			if c.ws.Write(ctx, websocket.MessageText, data) != nil {
+				flushed = true
+			}
+		default:
+			flushed = true
+		}
+	}
+	_ = c.ws.Close(st.Code, st.Reason)
 }
 
 // watch closes the connection when it idles out or reaches its maximum age.
@@ -541,9 +572,13 @@ func (a *webSocketAPI) serveManagement(w http.ResponseWriter, r *http.Request, i
 	a.mu.Unlock()
 	switch r.Method {
 	case http.MethodPost:
+		// One bound for the whole POST, body included, so that the answer
+		// comes before the relay's per-call timeout whatever stalls.
+		deadline := time.Now().Add(a.opts.PostTimeout)
+		_ = http.NewResponseController(w).SetReadDeadline(deadline) // not every writer supports it; the queue wait is bounded anyway
 		body, err := io.ReadAll(io.LimitReader(r.Body, a.opts.MaxMessageBytes+1))
 		if err != nil {
-			writeAWSError(w, http.StatusBadRequest, "BadRequestException", "the request body could not be read")
+			writeAWSError(w, http.StatusBadRequest, "BadRequestException", fmt.Sprintf("the request body could not be read; it must arrive within %s", a.opts.PostTimeout))
 			return
 		}
 		if int64(len(body)) > a.opts.MaxMessageBytes {
@@ -555,11 +590,18 @@ func (a *webSocketAPI) serveManagement(w http.ResponseWriter, r *http.Request, i
 			writeGone(w)
 			return
 		}
-		if err := a.post(c, body); err != nil {
+		ctx, cancel := context.WithDeadlineCause(r.Context(), deadline, errPostTimeout)
+		defer cancel()
+		switch err := a.post(ctx, c, body); {
+		case err == nil:
+			w.WriteHeader(http.StatusOK)
+		case errors.Is(err, net.ErrClosed):
 			writeGone(w)
-			return
+		default:
+			// The caller hung up: nobody reads an answer, and the message
+			// was not queued, so it is not sent either.
+			a.log.Info("POST to @connections abandoned by its caller before the message was queued", "api", a.api.LogicalID, "connection_id", c.id, "err", err)
 		}
-		w.WriteHeader(http.StatusOK)
 	case http.MethodGet:
 		if c == nil {
 			writeGone(w)
@@ -586,34 +628,44 @@ func (a *webSocketAPI) serveManagement(w http.ResponseWriter, r *http.Request, i
 	}
 }
 
-// post queues data for c and waits until it is written. Only posts to c
-// wait on c: a client that does not take its messages holds up its own
-// posts, each at most WriteTimeout for room in its queue and WriteTimeout
-// for the write, and is then closed.
-func (a *webSocketAPI) post(c *wsConn, data []byte) error {
-	m := outgoing{data: data, result: make(chan error, 1)}
+// errPostTimeout is the cause of a POST's context when PostTimeout passed.
+var errPostTimeout = errors.New("PostTimeout passed")
+
+// post queues data for c and returns once it is queued, as API Gateway
+// answers once it has taken a message; c's writer sends it. Posts to c
+// queue in the order they arrive, and only they wait on c: when its queue
+// is full they wait for room until ctx ends. If PostTimeout ended it, the
+// client is too slow and is closed with 1008. net.ErrClosed means c is
+// closing or gone (410); any other error, that the caller hung up.
+func (a *webSocketAPI) post(ctx context.Context, c *wsConn, data []byte) error {
+	// A closing connection takes nothing more: a post that follows one
+	// refused must not reach the client after a gap.
 	select {
+	case <-c.closing:
+		return net.ErrClosed
 	case <-c.done:
 		return net.ErrClosed
-	case c.send <- m:
 	default:
-		a.log.Warn("WebSocket client not taking its messages: send queue full", "api", a.api.LogicalID, "connection_id", c.id, "queued", cap(c.send))
-		t := time.NewTimer(a.opts.WriteTimeout)
-		defer t.Stop()
-		select {
-		case c.send <- m:
-		case <-c.done:
-			return net.ErrClosed
-		case <-t.C:
+	}
+	select {
+	case c.send <- data:
+		return nil
+	default:
+	}
+	a.log.Warn("WebSocket client not taking its messages: send queue full", "api", a.api.LogicalID, "connection_id", c.id, "queued", cap(c.send), "bytes", len(data))
+	select {
+	case c.send <- data:
+		return nil
+	case <-c.closing:
+		return net.ErrClosed
+	case <-c.done:
+		return net.ErrClosed
+	case <-ctx.Done():
+		if context.Cause(ctx) == errPostTimeout {
 			c.close(closeTooSlow)
 			return net.ErrClosed
 		}
-	}
-	select {
-	case err := <-m.result:
-		return err
-	case <-c.done:
-		return net.ErrClosed
+		return ctx.Err()
 	}
 }
 

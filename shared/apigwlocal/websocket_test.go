@@ -1,6 +1,7 @@
 package apigwlocal
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -8,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,6 +439,12 @@ func TestDeleteClosesTheConnectionAndRunsDisconnectOnce(t *testing.T) {
 	if _, err := mgmt.DeleteConnection(ctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: &id}); err != nil {
 		t.Fatal(err)
 	}
+	// Closing already: a post is 410 and is not sent, though the close
+	// handshake is still under way.
+	_, err := mgmt.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &id, Data: []byte("after delete")})
+	if goneErr := (*types.GoneException)(nil); !errors.As(err, &goneErr) {
+		t.Errorf("PostToConnection right after DeleteConnection = %v, want GoneException", err)
+	}
 	code, reason := readClose(t, c)
 	if code != websocket.StatusNormalClosure || reason == "" {
 		t.Errorf("close %d %q, want 1000 with a reason", code, reason)
@@ -587,10 +596,11 @@ func TestIdleAndAgedConnectionsAreClosedWith1001(t *testing.T) {
 }
 
 // A client that never reads fills its TCP buffers and then its send queue;
-// posts to it wait on it alone, and posts to everyone else go through.
+// posts to it wait on it alone, and posts to everyone else go through while
+// they wait (PostTimeout is long here, so that they wait throughout).
 func TestAClientThatNeverReadsDoesNotHoldUpPostsToOthers(t *testing.T) {
 	f := newWSFunctions()
-	g := startGateway(t, f, WebSocketOptions{SendQueue: 2, WriteTimeout: time.Minute})
+	g := startGateway(t, f, WebSocketOptions{SendQueue: 2, WriteTimeout: time.Minute, PostTimeout: time.Minute})
 	stuck := g.dial(t, nil)
 	stuckID := wait(t, f.connected, "$connect").RequestContext.ConnectionID
 	reader := g.dial(t, nil)
@@ -599,11 +609,13 @@ func TestAClientThatNeverReadsDoesNotHoldUpPostsToOthers(t *testing.T) {
 	ctx := ctxT(t)
 
 	var posters sync.WaitGroup
+	var stuckEnded atomic.Int32
 	for range 8 {
 		posters.Go(func() {
 			for {
 				_, err := mgmt.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &stuckID, Data: make([]byte, 128<<10)})
 				if err != nil {
+					stuckEnded.Add(1)
 					return
 				}
 			}
@@ -623,6 +635,9 @@ func TestAClientThatNeverReadsDoesNotHoldUpPostsToOthers(t *testing.T) {
 			t.Fatalf("read %d: %q %v", i, data, err)
 		}
 	}
+	if n := stuckEnded.Load(); n != 0 || g.Connections() != 2 {
+		t.Fatalf("%d posts to the stuck client ended and %d connections are live: the posts to the other did not go through while it was stuck", n, g.Connections())
+	}
 
 	// The stuck client goes away: its pending posts end (410), and it gets
 	// its $disconnect.
@@ -631,6 +646,154 @@ func TestAClientThatNeverReadsDoesNotHoldUpPostsToOthers(t *testing.T) {
 	disc := wait(t, f.disconnected, "$disconnect")
 	if disc.RequestContext.ConnectionID != stuckID {
 		t.Errorf("$disconnect for %s, want %s", disc.RequestContext.ConnectionID, stuckID)
+	}
+}
+
+// seqMessage is message seq of a test: 128 KB, its seq in its first 8 bytes.
+func seqMessage(seq int) []byte {
+	b := bytes.Repeat([]byte("x"), 128<<10)
+	copy(b, fmt.Sprintf("%08d", seq))
+	return b
+}
+
+// A POST answers once its message is queued, not once the client took it;
+// a client that leaves its queue full for PostTimeout is closed with 1008,
+// that post is 410 and so is every later one, and the client got what it
+// got in order.
+func TestAClientThatDoesNotDrainItsQueueIsClosedWith1008(t *testing.T) {
+	f := newWSFunctions()
+	g := startGateway(t, f, WebSocketOptions{SendQueue: 4, WriteTimeout: time.Minute, PostTimeout: 500 * time.Millisecond})
+	c := g.dial(t, nil)
+	id := wait(t, f.connected, "$connect").RequestContext.ConnectionID
+	mgmt := g.management()
+	ctx := ctxT(t)
+
+	// The client reads nothing: its TCP buffers fill, then its queue.
+	accepted := 0
+	for {
+		if accepted == 1000 {
+			t.Fatal("1000 posts of 128 KB accepted for a client that reads nothing")
+		}
+		postCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := mgmt.PostToConnection(postCtx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &id, Data: seqMessage(accepted + 1)})
+		cancel()
+		if err == nil {
+			accepted++
+			continue
+		}
+		if goneErr := (*types.GoneException)(nil); !errors.As(err, &goneErr) {
+			t.Fatalf("post %d: %v, want 200 once queued, or 410 once the queue stayed full", accepted+1, err)
+		}
+		break
+	}
+	_, err := mgmt.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &id, Data: []byte("late")})
+	if goneErr := (*types.GoneException)(nil); !errors.As(err, &goneErr) {
+		t.Fatalf("a post after the too-slow close: %v, want GoneException", err)
+	}
+
+	// Now it reads: a prefix of the accepted messages, in order, then 1008.
+	next := 1
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			var ce websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != closeTooSlow.Reason {
+				t.Fatalf("after %d messages: %v, want close 1008 %q", next-1, err, closeTooSlow.Reason)
+			}
+			break
+		}
+		if want := fmt.Sprintf("%08d", next); next > accepted || len(data) < 8 || string(data[:8]) != want {
+			t.Fatalf("message %d starts %.8q, want %s of the %d accepted", next, data, want, accepted)
+		}
+		next++
+	}
+	disc := wait(t, f.disconnected, "$disconnect")
+	if rc := disc.RequestContext; rc.ConnectionID != id || rc.DisconnectStatusCode != int64(websocket.StatusPolicyViolation) {
+		t.Errorf("$disconnect %s status %d, want %s 1008", rc.ConnectionID, rc.DisconnectStatusCode, id)
+	}
+}
+
+// A caller that hangs up while its post waits for queue room is not
+// answered, and its message is not sent: the caller was told it failed.
+func TestAPostWhoseCallerHangsUpIsNotSent(t *testing.T) {
+	const huge = 32 << 20 // more than the TCP buffers hold: the writer blocks on it
+	f := newWSFunctions()
+	g := startGateway(t, f, WebSocketOptions{MaxMessageBytes: huge, SendQueue: 2, WriteTimeout: time.Minute, PostTimeout: time.Minute})
+	c := g.dial(t, nil)
+	c.SetReadLimit(huge)
+	id := wait(t, f.connected, "$connect").RequestContext.ConnectionID
+	mgmt := g.management()
+	ctx := ctxT(t)
+
+	// The writer takes the huge message 1 and blocks on it; 2 and 3 fill
+	// the queue; 4 (4444 bytes) waits for room until its caller hangs up.
+	postCtx, hangUp := context.WithCancel(ctx)
+	defer hangUp()
+	posted := make(chan error, 1)
+	go func() {
+		for seq, data := range [][]byte{bytes.Repeat([]byte("1"), huge), []byte("2"), []byte("3"), bytes.Repeat([]byte("4"), 4444)} {
+			if _, err := mgmt.PostToConnection(postCtx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &id, Data: data}); err != nil {
+				posted <- fmt.Errorf("post %d: %w", seq+1, err)
+				return
+			}
+		}
+		posted <- nil
+	}()
+	g.log.WaitLine(t, 20*time.Second, "send queue full", id, "bytes=4444")
+	hangUp()
+	if err := <-posted; !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "post 4:") {
+		t.Fatalf("posting: %v, want post 4 cancelled", err)
+	}
+	g.log.WaitLine(t, 20*time.Second, "abandoned by its caller", id)
+
+	// The client drains its queue; the next post follows 3.
+	end := make(chan error, 1)
+	go func() {
+		_, err := mgmt.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &id, Data: []byte("end")})
+		end <- err
+	}()
+	for _, want := range []string{"1", "2", "3", "end"} {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading %s: %v", want, err)
+		}
+		if len(data) == 0 || (want == "1") != (len(data) == huge) || (want != "1" && string(data) != want) {
+			t.Fatalf("got %d bytes %.10q, want message %s", len(data), data, want)
+		}
+	}
+	if err := <-end; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The relay gives each @connections call 5 s (pushaws.DefaultCallTimeout):
+// by default a post is answered, 410 for a stalled client, before that.
+func TestTheDefaultPostTimeoutIsBelowTheRelaysCallTimeout(t *testing.T) {
+	const relayCallTimeout = 5 * time.Second
+	if d := (WebSocketOptions{}).withDefaults().PostTimeout; d <= 0 || d >= relayCallTimeout {
+		t.Errorf("default PostTimeout %v, want within (0, %v)", d, relayCallTimeout)
+	}
+}
+
+// A caller that trickles its body is answered within PostTimeout.
+func TestAPostWhoseBodyDoesNotArriveIsAnsweredWithinPostTimeout(t *testing.T) {
+	g := startGateway(t, newWSFunctions(), WebSocketOptions{PostTimeout: 200 * time.Millisecond})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // the test's own bound, not the one under test
+	if _, err := io.WriteString(conn, "POST /push/@connections/Tm90QUNvbm5lY3Q= HTTP/1.1\r\nHost: local\r\nContent-Length: 10\r\n\r\nab"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Amzn-ErrorType") != "BadRequestException" {
+		t.Errorf("status %d %q, want 400 BadRequestException", resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"))
 	}
 }
 
@@ -679,5 +842,50 @@ func TestWebSocketURLsDeriveFromTheBaseURL(t *testing.T) {
 				t.Errorf("ManagementEndpoint = %q", got)
 			}
 		})
+	}
+}
+
+// A post answered 200 is delivered, also when a DELETE follows at once (the
+// server says bye, then closes): the writer sends what was queued before
+// the close frame.
+func TestPostsAcceptedBeforeADeleteReachTheClientBeforeTheClose(t *testing.T) {
+	const huge = 32 << 20 // more than the TCP buffers hold: the writer blocks on it
+	f := newWSFunctions()
+	g := startGateway(t, f, WebSocketOptions{MaxMessageBytes: huge, SendQueue: 64, WriteTimeout: time.Minute, PostTimeout: time.Minute})
+	c := g.dial(t, nil)
+	c.SetReadLimit(huge)
+	id := wait(t, f.connected, "$connect").RequestContext.ConnectionID
+	mgmt := g.management()
+	ctx := ctxT(t)
+
+	// The writer blocks on the huge first message while 20 more queue up
+	// behind it; then the connection is deleted.
+	want := []string{"huge"}
+	for i := 1; i <= 20; i++ {
+		want = append(want, fmt.Sprint(i))
+	}
+	for i, w := range want {
+		data := []byte(w)
+		if i == 0 {
+			data = bytes.Repeat([]byte("h"), huge)
+		}
+		if _, err := mgmt.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: &id, Data: data}); err != nil {
+			t.Fatalf("post %s: %v", w, err)
+		}
+	}
+	if _, err := mgmt.DeleteConnection(ctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: &id}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading %s: %v", w, err)
+		}
+		if (w == "huge") != (len(data) == huge) || (w != "huge" && string(data) != w) {
+			t.Fatalf("got %d bytes %.10q, want message %s", len(data), data, w)
+		}
+	}
+	if code, _ := readClose(t, c); code != websocket.StatusNormalClosure {
+		t.Errorf("close %d after the queued messages, want 1000", code)
 	}
 }

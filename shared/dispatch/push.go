@@ -30,6 +30,11 @@ const (
 	// to the Pusher; past it a batch's records are dropped (and counted),
 	// never waited for.
 	PushHandoffBatches = 256
+	// PushHandoffBytes bounds the bytes of the record values waiting in
+	// the handoff: batches of large records cannot take the dispatcher's
+	// memory. A batch larger than it alone still passes an empty handoff
+	// (the dispatcher holds its records anyway).
+	PushHandoffBytes = 16 << 20
 	// DefaultPushDrain bounds how long the end of Run waits for queued
 	// pushes.
 	DefaultPushDrain = time.Second
@@ -49,22 +54,26 @@ type pushed struct {
 type pushGate struct {
 	mu      sync.Mutex
 	queue   [][]pushed
+	bytes   int // of the values in queue
 	running bool
 	idle    chan struct{} // closed when the running goroutine stops
 }
 
-// push queues recs for the Pusher, or drops them when the handoff is full;
-// it reports how many records it dropped.
+// push queues recs for the Pusher, or drops them when the handoff is full
+// (PushHandoffBatches batches or PushHandoffBytes bytes); it reports how
+// many records it dropped.
 func (d *Dispatcher) push(recs []pushed) (dropped int) {
 	if d.Pusher == nil || len(recs) == 0 {
 		return 0
 	}
+	size := batchBytes(recs)
 	g := &d.pushes
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.queue) >= PushHandoffBatches {
+	if len(g.queue) >= PushHandoffBatches || (g.bytes > 0 && g.bytes+size > PushHandoffBytes) {
 		return len(recs)
 	}
+	g.bytes += size
 	g.queue = append(g.queue, recs)
 	if !g.running {
 		g.running, g.idle = true, make(chan struct{})
@@ -88,9 +97,19 @@ func (d *Dispatcher) handOff() {
 		recs := g.queue[0]
 		g.queue[0] = nil
 		g.queue = g.queue[1:]
+		g.bytes -= batchBytes(recs)
 		g.mu.Unlock()
 		d.handBatch(recs)
 	}
+}
+
+// batchBytes is the size of a batch's record values.
+func batchBytes(recs []pushed) int {
+	n := 0
+	for _, r := range recs {
+		n += len(r.value)
+	}
+	return n
 }
 
 // handBatch passes one batch to the Pusher; a panic in it is logged and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 // An in-process broker (kfake) lets the test cut Kafka fetches mid-run,
@@ -47,7 +48,9 @@ func TestDeliveryContinuesThroughAKafkaOutageAndRecovery(t *testing.T) {
 	e2 := f.api.add(mesh.EventMessage, "alice", "m2")
 	f.produce(f.record(e1), f.record(e2))
 	h := newRecorder()
-	r := f.start(h, quickStalls)
+	// Skipped offsets are persisted within 20 ms, so the test can wait for
+	// the broker's copies of 3..5 to be consumed instead of guessing a time.
+	r := f.start(h, func(c *meshd.Config) { quickStalls(c); c.FlushEvery = 20 * time.Millisecond })
 	h.waitFor(t, 2, 30*time.Second)
 
 	// Kafka goes away; the API keeps accepting messages.
@@ -65,7 +68,13 @@ func TestDeliveryContinuesThroughAKafkaOutageAndRecovery(t *testing.T) {
 	e5 := f.api.add(mesh.EventMessage, "alice", "m5")
 	f.produce(f.record(e3), f.record(e4), f.record(e5))
 	h.waitFor(t, 5, 30*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	// Event 5 may have come through the inbox API (a stall catch-up) before
+	// the consumer, backing off after the outage, fetched again.
+	for deadline := time.Now().Add(30 * time.Second); f.state().Offset < 4; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the records published after the outage were never consumed: state %+v", f.state())
+		}
+	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

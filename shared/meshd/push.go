@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,67 @@ const pushStableAfter = time.Minute
 
 // pushTickEvery is how often the push loop checks for a stall while idle.
 const pushTickEvery = time.Second
+
+// pushFallbackAfter is how many handshakes in a row auto mode lets fail
+// before it polls the inbox API, when the push channel answers them (429,
+// 5xx: throttled or overloaded). Polling there would only move the storm
+// onto long polls that hold a function each; backing off on push relieves
+// it. A channel that cannot be reached at all is polled around at once.
+const pushFallbackAfter = 3
+
+// maxRetryAfter bounds what a Retry-After header is parsed to (the wait is
+// capped at PushRetryMax anyway); it keeps the arithmetic far from overflow.
+const maxRetryAfter = 24 * time.Hour
+
+// pushDialError is a failed handshake of the push channel (other than the
+// 401 dial handles): either the push channel answered with an HTTP status
+// instead of upgrading, or it was not reached (status 0: connection
+// refused, DNS, TLS, timeout).
+type pushDialError struct {
+	status     int           // 0: no HTTP answer
+	retryAfter time.Duration // the answer's Retry-After; 0 when it had none
+	err        error
+}
+
+func (e *pushDialError) Error() string {
+	if e.status == 0 {
+		return fmt.Sprintf("push channel unreachable: %v", e.err)
+	}
+	return fmt.Sprintf("push handshake answered HTTP %d: %v", e.status, e.err)
+}
+
+func (e *pushDialError) Unwrap() error { return e.err }
+
+// newPushDialError describes a handshake websocket.Dial failed with.
+func newPushDialError(resp *http.Response, err error, now time.Time) *pushDialError {
+	if resp == nil {
+		return &pushDialError{err: err}
+	}
+	return &pushDialError{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now), err: err}
+}
+
+// parseRetryAfter reads a Retry-After header (seconds or an HTTP date); 0
+// when it is absent, malformed or in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return time.Duration(min(secs, uint64(maxRetryAfter/time.Second))) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return min(at.Sub(now), maxRetryAfter)
+	}
+	return 0
+}
+
+// pushFallBack reports whether auto mode polls the inbox API after a failed
+// handshake, fails being the handshakes failed in a row: at once when the
+// channel was not reached, else only once several failed.
+func pushFallBack(err error, fails int) bool {
+	var de *pushDialError
+	return (errors.As(err, &de) && de.status == 0) || fails >= pushFallbackAfter
+}
 
 // errPushRefused ends Run: the push handshake was refused (401) even with a
 // freshly exchanged token.
@@ -137,6 +199,20 @@ func pushBackoff(base, max time.Duration) backoff.Policy {
 	return backoff.Policy{Base: base, Max: max, Jitter: 1}
 }
 
+// retryWait is the wait after attempt failures, err the latest: the
+// jittered retryDelay, but at least what the answer's Retry-After asked for,
+// never more than PushRetryMax (a server's hint must not park meshd for
+// hours). The refusals themselves came spread out, so honouring the hint
+// does not bring the hosts back together.
+func (ps *pushSession) retryWait(attempt int, err error) time.Duration {
+	d := ps.retryDelay(attempt)
+	var de *pushDialError
+	if errors.As(err, &de) && de.retryAfter > d {
+		d = min(de.retryAfter, ps.r.cfg.PushRetryMax)
+	}
+	return d
+}
+
 // dial opens a connection with the agent's token. A refused handshake (401:
 // the key was revoked, or the token expired) refreshes the token once and
 // tries again; refused again, it is fatal, like a rejected key at start.
@@ -168,10 +244,7 @@ func (ps *pushSession) dial(ctx context.Context) (*pushConn, error) {
 			return nil, errStop
 		}
 		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
-			if resp != nil {
-				return nil, fmt.Errorf("push handshake answered HTTP %d: %w", resp.StatusCode, err)
-			}
-			return nil, err
+			return nil, newPushDialError(resp, err, time.Now())
 		}
 		if refreshed {
 			return nil, fmt.Errorf("%w (HTTP 401 with a fresh token); check the agent's API key", errPushRefused)
@@ -219,6 +292,19 @@ func (ps *pushSession) start(c *websocket.Conn) *pushConn {
 func (ps *pushSession) read(pc *pushConn) {
 	defer ps.wg.Done()
 	defer close(pc.done)
+	// A connection that ended on its own (the server closed it, the network
+	// dropped it, a ping failed) leaves the session here, or every one would
+	// stay in conns until Run ends; a read error does not always release the
+	// socket, hence CloseNow. One that retire took out, retire closes.
+	defer func() {
+		ps.mu.Lock()
+		_, mine := ps.conns[pc]
+		delete(ps.conns, pc)
+		ps.mu.Unlock()
+		if mine {
+			_ = pc.c.CloseNow()
+		}
+	}()
 	for {
 		_, data, err := pc.c.Read(ps.ctx)
 		if err != nil {
@@ -346,14 +432,17 @@ func (l *dialLimiter) record(now time.Time) {
 }
 
 // pushDeliver delivers through the push channel until ctx ends. Push mode
-// reconnects until it succeeds; auto mode polls the inbox API while the
-// channel is unreachable, probing it every ProbeEvery, and moves back to
-// push as soon as a probe connects.
+// reconnects until it succeeds. Auto mode does too while the channel
+// answers (429, 5xx: it is throttled or overloaded, and long polls would
+// only add to the load), but polls the inbox API once the channel cannot be
+// reached or pushFallbackAfter handshakes in a row failed, probing it with
+// the same backoff, and moves back to push as soon as a probe connects.
 func (r *runner) pushDeliver(ctx context.Context, url string) error {
 	ps := newPushSession(r, url)
 	defer ps.close()
 	r.log.Info("meshd started", "mode", ModePush, "push_url", url, "last_seq", r.state.LastSeq, "state", StatePath(r.cfg.StateDir, r.agentID))
 	attempt := 0 // failures since the last stable connection
+	fails := 0   // handshakes failed in a row
 	var wait time.Duration
 	for {
 		if wait > 0 && !backoff.Wait(ctx, wait) {
@@ -368,17 +457,19 @@ func (r *runner) pushDeliver(ctx context.Context, url string) error {
 				return err
 			}
 			attempt++
-			if r.cfg.Mode != ModeAuto {
-				wait = ps.retryDelay(attempt)
-				r.log.Warn("push channel unreachable; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond).String(), "err", err)
+			fails++
+			if r.cfg.Mode != ModeAuto || !pushFallBack(err, fails) {
+				wait = ps.retryWait(attempt, err)
+				r.log.Warn("push handshake failed; retrying", "attempt", attempt, "retry_in", wait.Round(time.Millisecond).String(), "err", err)
 				continue
 			}
-			r.log.Warn("push channel unreachable; delivering through the inbox API (poll mode) and probing it", "probe_every", r.cfg.ProbeEvery.String(), "err", err)
-			if pc, err = r.pollUntilPush(ctx, ps); err != nil {
+			r.log.Warn("push channel unreachable; delivering through the inbox API (poll mode) and probing it", "failures_in_a_row", fails, "err", err)
+			if pc, attempt, err = r.pollUntilPush(ctx, ps, attempt, err); err != nil {
 				return err
 			}
 			r.log.Info("the push channel is reachable again; switched from the inbox API to push")
 		}
+		fails = 0
 		if r.currentMode() != ModePush {
 			r.setMode(ModePush)
 		}
@@ -396,9 +487,11 @@ func (r *runner) pushDeliver(ctx context.Context, url string) error {
 	}
 }
 
-// pollUntilPush polls the inbox API while probing the push channel every
-// ProbeEvery (jittered), and returns the probe's connection once one opens.
-func (r *runner) pollUntilPush(ctx context.Context, ps *pushSession) (*pushConn, error) {
+// pollUntilPush polls the inbox API while probing the push channel with the
+// reconnect backoff, continuing from attempt failures (lastErr the latest),
+// and returns the probe's connection once one opens, with the failures
+// counted by then.
+func (r *runner) pollUntilPush(ctx context.Context, ps *pushSession, attempt int, lastErr error) (*pushConn, int, error) {
 	r.setMode(ModePoll)
 	ps.discard()
 	back := make(chan struct{})
@@ -408,20 +501,9 @@ func (r *runner) pollUntilPush(ctx context.Context, ps *pushSession) (*pushConn,
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
-		for {
-			if !backoff.Wait(probeCtx, backoff.Policy{Base: r.cfg.ProbeEvery, Jitter: 0.5}.Delay(1)) {
-				return
-			}
-			pc, err := ps.dial(probeCtx)
-			if err == nil || pushFatal(err) {
-				got, probeErr = pc, err
-				close(back)
-				return
-			}
-			if probeCtx.Err() != nil {
-				return
-			}
-			r.log.Debug("push channel still unreachable", "err", err)
+		got, attempt, probeErr = ps.probe(probeCtx, ps.dial, attempt, lastErr)
+		if got != nil || (probeErr != nil && !errors.Is(probeErr, errStop)) {
+			close(back)
 		}
 	}()
 	err := r.pollLoop(ctx, back)
@@ -429,14 +511,40 @@ func (r *runner) pollUntilPush(ctx context.Context, ps *pushSession) (*pushConn,
 	<-probed
 	if errors.Is(err, errChannelBack) {
 		if probeErr != nil {
-			return nil, probeErr
+			return nil, attempt, probeErr
 		}
-		return got, nil
+		return got, attempt, nil
 	}
 	if got != nil {
 		ps.retire(got, websocket.StatusGoingAway, "meshd stopping")
 	}
-	return nil, err
+	return nil, attempt, err
+}
+
+// probe dials the push channel until a handshake succeeds or fails for
+// good (a fatal error), waiting the growing, jittered reconnect backoff
+// before each one (Retry-After honoured, capped at PushRetryMax): a fleet
+// polling around an outage must not hammer the $connect function at a
+// fixed rate. It continues from attempt failures, err the latest, and
+// returns the failures counted by then; errStop when ctx ends.
+func (ps *pushSession) probe(ctx context.Context, dial func(context.Context) (*pushConn, error), attempt int, err error) (*pushConn, int, error) {
+	for {
+		if !backoff.Wait(ctx, ps.retryWait(attempt, err)) {
+			return nil, attempt, errStop
+		}
+		pc, derr := dial(ctx)
+		if derr == nil {
+			return pc, attempt, nil
+		}
+		if ctx.Err() != nil || errors.Is(derr, errStop) {
+			return nil, attempt, errStop
+		}
+		if pushFatal(derr) {
+			return nil, attempt, derr
+		}
+		attempt, err = attempt+1, derr
+		ps.r.log.Debug("push channel still unreachable", "attempt", attempt, "err", err)
+	}
 }
 
 // servePush delivers pc's frames until it ends; it returns the connection
@@ -481,7 +589,7 @@ func (r *runner) servePush(ctx context.Context, ps *pushSession, pc *pushConn) (
 					return pc, err
 				}
 				replans++
-				d := ps.retryDelay(replans)
+				d := ps.retryWait(replans, err)
 				r.log.Warn("planned push reconnect failed; keeping the current connection", "conn", pc.n, "retry_in", d.Round(time.Millisecond).String(), "err", err)
 				planned.Reset(d)
 				continue

@@ -26,7 +26,13 @@ type fakePush struct {
 	url string
 
 	mu         sync.Mutex
-	refuse     int  // answer handshakes with this status (0: accept)
+	refuse     int    // answer handshakes with this status (0: accept)
+	retryAfter string // the Retry-After header of a refusal
+	drop       bool   // hang up on handshakes without answering (unreachable)
+	// budget, when above 0, is how many more handshakes refuse or drop
+	// apply to; after them handshakes are accepted again.
+	budget     int
+	refused    int  // handshakes refused or dropped
 	deaf       bool // leave pings unanswered
 	open       []*pushPeer
 	handshakes int
@@ -80,7 +86,6 @@ func (p *fakePush) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.handshakes++
 	p.headers = append(p.headers, r.Header.Clone())
-	refuse, onAccept := p.refuse, p.onAccept
 	p.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer tok" || revoked {
 		w.Header().Set("Content-Type", "application/problem+json")
@@ -88,7 +93,28 @@ func (p *fakePush) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"code":"unauthorized","status":401}`))
 		return
 	}
+	p.mu.Lock()
+	refuse, retryAfter, drop, onAccept := p.refuse, p.retryAfter, p.drop, p.onAccept
+	if refuse != 0 || drop {
+		p.refused++
+		if p.budget > 0 {
+			if p.budget--; p.budget == 0 {
+				p.refuse, p.drop = 0, false
+			}
+		}
+	}
+	p.mu.Unlock()
+	if drop {
+		// Like a connection refused or reset: no HTTP answer at all.
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
 	if refuse != 0 {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		w.WriteHeader(refuse)
 		return
 	}
@@ -163,6 +189,12 @@ func (p *fakePush) count() (handshakes int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.handshakes
+}
+
+func (p *fakePush) refusedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 // pushMode is meshd in push mode with reconnects fast enough for a test.
@@ -449,49 +481,139 @@ func (m *modes) waitFor(t *testing.T, want string) {
 	}
 }
 
-func TestAutoPrefersPushThenPollThenPush(t *testing.T) {
-	f := newFixture(t, false)
-	p := newFakePush(t, f.api)
-	f.api.add(mesh.EventMessage, "alice", "m1")
-	m := &modes{ch: make(chan string, 100)}
-	h := newRecorder()
-	r := f.start(h, func(c *meshd.Config) {
+// autoPush is meshd in auto mode on the fake push channel, reporting its
+// modes to m (and the handshakes refused when it moved to polling to
+// refusedAtPoll, when set).
+func autoPush(p *fakePush, m *modes, refusedAtPoll chan<- int) func(*meshd.Config) {
+	return func(c *meshd.Config) {
 		pushMode(c)
 		c.Mode = meshd.ModeAuto
-		c.OnMode = m.on
-		c.ProbeEvery = 50 * time.Millisecond
+		c.OnMode = func(agent, mode string) {
+			if mode == meshd.ModePoll && refusedAtPoll != nil {
+				select {
+				case refusedAtPoll <- p.refusedCount():
+				default:
+				}
+			}
+			m.on(agent, mode)
+		}
 		c.PollWait = 5 * time.Second
 		c.PushDialsPerMinute = 10000
-	})
-	m.waitFor(t, meshd.ModePush)
-	c1 := p.next(t)
-	h.waitFor(t, 1, 20*time.Second)
+	}
+}
 
-	p.set(func(p *fakePush) { p.refuse = http.StatusServiceUnavailable })
-	_ = c1.c.CloseNow()
-	m.waitFor(t, meshd.ModePoll)
-	f.api.add(mesh.EventMessage, "alice", "while push is down")
-	h.waitForSeq(t, 2, 20*time.Second)
+func TestAutoPrefersPushThenPollThenPush(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		down func(p *fakePush)
+		// wantRefused is how many handshakes failed before meshd polled.
+		wantRefused int
+	}{
+		{
+			name:        "a push channel that cannot be reached is polled around after one handshake",
+			down:        func(p *fakePush) { p.drop = true },
+			wantRefused: 1,
+		},
+		{
+			name:        "a push channel that keeps answering 503 is polled around only after several handshakes in a row",
+			down:        func(p *fakePush) { p.refuse = http.StatusServiceUnavailable },
+			wantRefused: meshd.PushFallbackAfter,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			p := newFakePush(t, f.api)
+			f.api.add(mesh.EventMessage, "alice", "m1")
+			m := &modes{ch: make(chan string, 100)}
+			refusedAtPoll := make(chan int, 1)
+			h := newRecorder()
+			r := f.start(h, autoPush(p, m, refusedAtPoll))
+			m.waitFor(t, meshd.ModePush)
+			c1 := p.next(t)
+			h.waitFor(t, 1, 20*time.Second)
 
-	p.set(func(p *fakePush) { p.refuse = 0 })
-	m.waitFor(t, meshd.ModePush)
-	c2 := p.next(t)
-	e3 := f.api.add(mesh.EventMessage, "alice", "m3")
-	p.send(t, c2, f.rec(e3))
-	h.waitForSeq(t, 3, 20*time.Second)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
+			p.set(tc.down)
+			_ = c1.c.CloseNow()
+			m.waitFor(t, meshd.ModePoll)
+			f.api.add(mesh.EventMessage, "alice", "while push is down")
+			h.waitForSeq(t, 2, 20*time.Second)
+
+			p.set(func(p *fakePush) { p.refuse, p.drop = 0, false })
+			m.waitFor(t, meshd.ModePush)
+			c2 := p.next(t)
+			e3 := f.api.add(mesh.EventMessage, "alice", "m3")
+			p.send(t, c2, f.rec(e3))
+			h.waitForSeq(t, 3, 20*time.Second)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			if got := <-refusedAtPoll; got != tc.wantRefused {
+				t.Errorf("meshd polled after %d failed handshakes, want %d", got, tc.wantRefused)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if want := []string{meshd.ModePush, meshd.ModePoll, meshd.ModePush}; !slices.Equal(m.all, want) {
+				t.Errorf("modes %v, want %v", m.all, want)
+			}
+			if got := h.handled(); !slices.Equal(got, seqs(1, 3)) {
+				t.Errorf("handled %v", got)
+			}
+			if f.api.servedCount(2) == 0 {
+				t.Error("seq 2 did not come from the inbox API while push was down")
+			}
+		})
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if want := []string{meshd.ModePush, meshd.ModePoll, meshd.ModePush}; !slices.Equal(m.all, want) {
-		t.Errorf("modes %v, want %v", m.all, want)
-	}
-	if got := h.handled(); !slices.Equal(got, seqs(1, 3)) {
-		t.Errorf("handled %v", got)
-	}
-	if f.api.servedCount(2) == 0 {
-		t.Error("seq 2 did not come from the inbox API while push was down")
+}
+
+// A throttled or overloaded push channel (429, 5xx) is retried with backoff
+// on push: long polls would only move the load onto the inbox API.
+func TestAutoStaysOnPushWhileTheChannelAnswersBusy(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		status     int
+		retryAfter string
+	}{
+		{name: "handshakes answered 503 are retried on push", status: http.StatusServiceUnavailable},
+		{name: "handshakes answered 500 are retried on push", status: http.StatusInternalServerError},
+		// An hour's Retry-After would stall the test: the wait is capped at
+		// PushRetryMax (100 ms here).
+		{name: "handshakes answered 429 are retried on push, the Retry-After capped", status: http.StatusTooManyRequests, retryAfter: "3600"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			p := newFakePush(t, f.api)
+			f.api.add(mesh.EventMessage, "alice", "m1")
+			m := &modes{ch: make(chan string, 100)}
+			h := newRecorder()
+			r := f.start(h, autoPush(p, m, nil))
+			m.waitFor(t, meshd.ModePush)
+			c1 := p.next(t)
+			h.waitFor(t, 1, 20*time.Second)
+
+			// Twice one refusal short of the limit: a connection in between
+			// starts the count again.
+			refusals := meshd.PushFallbackAfter - 1
+			peer := c1
+			for round := range 2 {
+				p.set(func(p *fakePush) { p.refuse, p.retryAfter, p.budget = tc.status, tc.retryAfter, refusals })
+				_ = peer.c.CloseNow()
+				peer = p.next(t)
+				e := f.api.add(mesh.EventMessage, "alice", "pushed")
+				p.send(t, peer, f.rec(e))
+				h.waitForSeq(t, e.Seq, 20*time.Second)
+				if got := p.refusedCount(); got != refusals*(round+1) {
+					t.Errorf("round %d: %d handshakes refused, want %d", round+1, got, refusals*(round+1))
+				}
+			}
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if want := []string{meshd.ModePush}; !slices.Equal(m.all, want) {
+				t.Errorf("modes %v, want %v: meshd polled while the channel only answered %d", m.all, want, tc.status)
+			}
+		})
 	}
 }
 

@@ -48,8 +48,11 @@ const (
 	ModePush = "push"
 	// ModeAuto uses push when the token announces a push_url, else Kafka
 	// when the brokers answer within ProbeTimeout; when that channel is out
-	// of reach it polls the inbox API while probing the channel every
-	// ProbeEvery, and moves back to it as soon as it answers.
+	// of reach it polls the inbox API while probing the channel (Kafka every
+	// ProbeEvery, push with the PushRetryBase backoff), and moves back to it
+	// as soon as it answers. A push channel that answers handshakes with
+	// 429 or 5xx is retried with backoff, not polled around, until several
+	// in a row failed.
 	ModeAuto = "auto"
 )
 
@@ -75,7 +78,8 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// ProbeEvery is how often auto mode, while polling the inbox API,
 	// checks whether Kafka is reachable again; default 20 s (back on Kafka
-	// within ProbeEvery + ProbeTimeout of the broker's return).
+	// within ProbeEvery + ProbeTimeout of the broker's return). The push
+	// channel is probed with the PushRetryBase backoff instead.
 	ProbeEvery time.Duration
 	// RetryBase and RetryMax bound the backoff between failed API calls
 	// (inbox reads, the token at start); defaults 1 s and 1 min.
@@ -119,7 +123,9 @@ type Config struct {
 	PushMaxAge time.Duration
 	// PushRetryBase is the window the first reconnect after a lost
 	// connection is spread over, doubling per failure up to PushRetryMax;
-	// defaults DefaultPushRetryBase and DefaultPushRetryMax.
+	// defaults DefaultPushRetryBase and DefaultPushRetryMax. Auto mode's
+	// probes while polling follow the same schedule, and a handshake's
+	// Retry-After lengthens a wait up to PushRetryMax.
 	PushRetryBase, PushRetryMax time.Duration
 	// PushDialsPerMinute caps the handshakes a minute; default
 	// DefaultPushDialsPerMinute.

@@ -30,13 +30,29 @@ const (
 	// DefaultSenderQueue is how many records may wait for the worker; past
 	// it Push drops (and counts) instead of waiting.
 	DefaultSenderQueue = 10000
+	// DefaultSenderQueueBytes bounds the bytes of the records waiting
+	// (after nudging): a few bursts of large records cannot take the
+	// dispatcher's memory. Past it Push drops (and counts).
+	DefaultSenderQueueBytes = 16 << 20
 	// DefaultSenderBatch is how many queued records one round takes: one
 	// Targets lookup and one wave of posts.
 	DefaultSenderBatch = 500
 	// DefaultSenderParallel is how many relay calls one round makes at once.
 	DefaultSenderParallel = 8
-	// DefaultSenderTimeout bounds one round (lookup, posts, forgets).
-	DefaultSenderTimeout = 10 * time.Second
+	// DefaultSenderTimeout bounds the posts of one round. It exceeds the
+	// Lambda relay's invoke timeout (which exceeds the relay function's
+	// timeout), so a round never gives up on a call that is still posting
+	// and the next round cannot overtake it on a connection.
+	DefaultSenderTimeout = 15 * time.Second
+	// SenderLookupTimeout bounds a round's Targets lookup and
+	// SenderForgetTimeout its Forget, each with a context of its own.
+	SenderLookupTimeout = 5 * time.Second
+	SenderForgetTimeout = 5 * time.Second
+	// MaxRecordsPerConn is how many records one round posts to one
+	// connection; an agent with more in a round gets a single nudge for the
+	// highest seq instead (meshd reads them from GET /v1/inbox): a burst
+	// costs one post, not hundreds in a row.
+	MaxRecordsPerConn = 20
 )
 
 // Sender copies the dispatcher's published records to their recipients'
@@ -44,9 +60,10 @@ const (
 // bounded queue; when full the record is dropped and counted, and the host
 // covers the gap from GET /v1/inbox), and one worker at a time sends what is
 // queued, round after round, so the records of a connection are posted in
-// the order they were pushed. A record larger than MaxMessageBytes goes out
-// as a nudge ({"v":2,"seq":N,"fetch":true}); connections the relay reports
-// gone are forgotten.
+// the order they were pushed. A record larger than MaxMessageBytes is
+// queued as a nudge ({"v":2,"seq":N,"fetch":true}), as are an agent's
+// records past MaxRecordsPerConn in one round (one nudge for them all);
+// connections the relay reports gone are forgotten.
 //
 // Metrics: PushSent (messages posted, nudges included), PushNudged,
 // PushDropped (records never posted: queue full, lookup or relay failure),
@@ -57,14 +74,16 @@ type Sender struct {
 	Log       *slog.Logger
 	Metrics   *metrics.Sink
 
-	Queue    int           // records waiting at most (default DefaultSenderQueue)
-	Batch    int           // records per round (default DefaultSenderBatch)
-	Parallel int           // relay calls at once (default DefaultSenderParallel)
-	Timeout  time.Duration // bound of one round (default DefaultSenderTimeout)
+	Queue      int           // records waiting at most (default DefaultSenderQueue)
+	QueueBytes int           // bytes of the records waiting at most (default DefaultSenderQueueBytes)
+	Batch      int           // records per round (default DefaultSenderBatch)
+	Parallel   int           // relay calls at once (default DefaultSenderParallel)
+	Timeout    time.Duration // bound of one round's posts (default DefaultSenderTimeout)
 
 	once    sync.Once
 	mu      sync.Mutex
 	queue   []record
+	queued  int // bytes of the values in queue
 	running bool
 	idle    chan struct{} // closed when the running worker stops
 	dropped atomic.Int64  // dropped by Push since last emitted
@@ -74,7 +93,8 @@ type Sender struct {
 type record struct {
 	agentID string
 	seq     int64
-	value   []byte
+	value   []byte // the record's value, or its nudge when nudged
+	nudged  bool
 }
 
 func (s *Sender) defaults() {
@@ -87,6 +107,9 @@ func (s *Sender) defaults() {
 		}
 		if s.Queue <= 0 {
 			s.Queue = DefaultSenderQueue
+		}
+		if s.QueueBytes <= 0 {
+			s.QueueBytes = DefaultSenderQueueBytes
 		}
 		if s.Batch <= 0 {
 			s.Batch = DefaultSenderBatch
@@ -101,18 +124,25 @@ func (s *Sender) defaults() {
 }
 
 // Push queues one published record for agentID's connections. It never
-// blocks: with Queue records already waiting, the record is dropped.
+// blocks: with Queue records or QueueBytes already waiting, the record is
+// dropped. A record over MaxMessageBytes is queued as its nudge, so the
+// queue never holds what cannot be posted anyway.
 func (s *Sender) Push(agentID string, seq int64, value []byte) {
 	s.defaults()
+	nudged := len(value) > MaxMessageBytes
+	if nudged {
+		value = Nudge(seq)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) >= s.Queue {
+	if len(s.queue) >= s.Queue || s.queued+len(value) > s.QueueBytes {
 		if s.dropped.Add(1) == 1 {
-			s.Log.Warn("push queue full; dropping pushes (hosts fetch them from the inbox)", "queue", s.Queue)
+			s.Log.Warn("push queue full; dropping pushes (hosts fetch them from the inbox)", "queue", s.Queue, "queue_bytes", s.QueueBytes)
 		}
 		return
 	}
-	s.queue = append(s.queue, record{agentID: agentID, seq: seq, value: value})
+	s.queued += len(value)
+	s.queue = append(s.queue, record{agentID: agentID, seq: seq, value: value, nudged: nudged})
 	if !s.running {
 		s.running, s.idle = true, make(chan struct{})
 		go s.work()
@@ -147,6 +177,9 @@ func (s *Sender) work() {
 			return
 		}
 		round := slices.Clone(s.queue[:n])
+		for _, r := range round {
+			s.queued -= len(r.value)
+		}
 		clear(s.queue[:n])
 		s.queue = s.queue[n:]
 		s.mu.Unlock()
@@ -162,10 +195,10 @@ func (s *Sender) emitDropped() {
 }
 
 // send posts one round: one Targets lookup, then each connection's records
-// in seq order, connections spread over at most Parallel relay calls.
+// in seq order, connections spread over at most Parallel relay calls. The
+// lookup, the posts and the forgets each have a context of their own, so
+// that a slow step cannot leave the next one no time.
 func (s *Sender) send(round []record) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
-	defer cancel()
 	defer func() {
 		// A panicking directory or relay costs this round, not the worker.
 		if r := recover(); r != nil {
@@ -182,7 +215,9 @@ func (s *Sender) send(round []record) {
 		}
 		byAgent[r.agentID] = append(byAgent[r.agentID], r)
 	}
-	targets, err := s.Directory.Targets(ctx, agents)
+	lctx, cancel := context.WithTimeout(context.Background(), SenderLookupTimeout)
+	targets, err := s.Directory.Targets(lctx, agents)
+	cancel()
 	if err != nil {
 		s.Log.Warn("push: looking up connections failed; round dropped (hosts fetch from the inbox)", "records", len(round), "err", err)
 		s.Metrics.Emit(map[string]float64{"PushDropped": float64(len(round))})
@@ -197,12 +232,20 @@ func (s *Sender) send(round []record) {
 		// Two overlapping dispatcher runs may hand one agent's records over
 		// out of seq order; within a round, restore it.
 		slices.SortStableFunc(recs, func(a, b record) int { return cmp.Compare(a.seq, b.seq) })
-		frames := make([][]byte, len(recs))
-		for i, r := range recs {
-			frames[i] = r.value
-			if len(r.value) > MaxMessageBytes {
-				frames[i] = Nudge(r.seq)
-				nudged++
+		if len(targets[agent]) == 0 {
+			continue
+		}
+		var frames [][]byte
+		if len(recs) > MaxRecordsPerConn {
+			frames = [][]byte{Nudge(recs[len(recs)-1].seq)}
+			nudged++
+		} else {
+			frames = make([][]byte, len(recs))
+			for i, r := range recs {
+				frames[i] = r.value
+				if r.nudged {
+					nudged++
+				}
 			}
 		}
 		for _, conn := range targets[agent] {
@@ -219,6 +262,8 @@ func (s *Sender) send(round []record) {
 	if len(calls) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
+	defer cancel()
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -252,7 +297,10 @@ func (s *Sender) send(round []record) {
 	}
 	s.Metrics.Emit(m)
 	if len(gone) > 0 {
-		if err := s.Directory.Forget(ctx, gone); err != nil {
+		// Its own context: the posts may have used up theirs.
+		fctx, cancel := context.WithTimeout(context.Background(), SenderForgetTimeout)
+		defer cancel()
+		if err := s.Directory.Forget(fctx, gone); err != nil {
 			s.Log.Warn("push: forgetting gone connections failed; the janitor will", "connections", len(gone), "err", err)
 		}
 	}

@@ -167,9 +167,11 @@ func TestSenderPostsEachConnectionItsRecordsInOrder(t *testing.T) {
 			dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1", "a2"}, "bob": {"b1"}}}
 			relay := &recordingRelay{}
 			s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &testenv.Buffer{}}, Batch: tc.batch, Parallel: 2}
-			for seq := int64(1); seq <= 40; seq++ {
+			// At most MaxRecordsPerConn per agent, so none is nudged
+			// however the records fall into rounds.
+			for seq := int64(1); seq <= push.MaxRecordsPerConn; seq++ {
 				s.Push("alice", seq, value("alice", seq))
-				if seq <= 25 {
+				if seq <= 15 {
 					s.Push("bob", seq, value("bob", seq))
 				}
 				if seq <= 5 {
@@ -177,7 +179,7 @@ func TestSenderPostsEachConnectionItsRecordsInOrder(t *testing.T) {
 				}
 			}
 			drain(t, s)
-			for conn, want := range map[string][]string{"a1": values("alice", 1, 40), "a2": values("alice", 1, 40), "b1": values("bob", 1, 25)} {
+			for conn, want := range map[string][]string{"a1": values("alice", 1, push.MaxRecordsPerConn), "a2": values("alice", 1, push.MaxRecordsPerConn), "b1": values("bob", 1, 15)} {
 				if got := relay.received(conn); !slices.Equal(got, want) {
 					t.Errorf("connection %s received %v, want %v", conn, got, want)
 				}
@@ -329,5 +331,134 @@ func TestSenderLooksUpTargetsOncePerRound(t *testing.T) {
 	dir.mu.Unlock()
 	if lookups != 2 {
 		t.Fatalf("%d Targets lookups for 2 rounds, want 2", lookups)
+	}
+}
+
+// nudgeOf decodes a frame that must be a nudge and returns its seq.
+func nudgeOf(t *testing.T, frame string) int64 {
+	t.Helper()
+	var f api.PushFrame
+	if err := json.Unmarshal([]byte(frame), &f); err != nil || f.V != 2 || !f.Fetch || f.Sealed != nil || f.Bye != "" {
+		t.Fatalf("frame %.100q (%v), want a nudge {v:2, seq:N, fetch:true}", frame, err)
+	}
+	return f.Seq
+}
+
+// TestSenderQueueIsBoundedByBytes: the queue holds at most QueueBytes of
+// record values, and a record too large for a message waits as its nudge,
+// so a burst of large records cannot take the dispatcher's memory.
+func TestSenderQueueIsBoundedByBytes(t *testing.T) {
+	rec := func(seq int64) []byte {
+		b := bytes.Repeat([]byte("x"), 100)
+		copy(b, fmt.Sprintf("%04d", seq))
+		return b
+	}
+	t.Run("past QueueBytes of waiting records, Push drops and counts", func(t *testing.T) {
+		dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1"}}}
+		relay := &recordingRelay{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+		var sink testenv.Buffer
+		s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &sink}, QueueBytes: 10 * 100}
+		s.Push("alice", 1, rec(1))
+		<-relay.entered                         // seq 1 is out of the queue, in the relay
+		for seq := int64(2); seq <= 16; seq++ { // 10 fit in 1000 bytes, 5 do not
+			s.Push("alice", seq, rec(seq))
+		}
+		close(relay.block)
+		drain(t, s)
+		if n := metricSum(t, sink.String(), "PushDropped"); n != 5 {
+			t.Fatalf("PushDropped summed to %v, want the 5 records over the byte bound", n)
+		}
+		if got := relay.received("a1"); len(got) != 11 || got[10][:4] != "0011" {
+			t.Fatalf("a1 received %d records, want seq 1 to 11", len(got))
+		}
+	})
+	t.Run("a record over MaxMessageBytes waits as its nudge, taking no more room than that", func(t *testing.T) {
+		dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1"}}}
+		relay := &recordingRelay{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+		var sink testenv.Buffer
+		s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &sink}, QueueBytes: 1 << 10}
+		s.Push("alice", 1, rec(1))
+		<-relay.entered
+		s.Push("alice", 2, bytes.Repeat([]byte("y"), push.MaxMessageBytes+1))
+		close(relay.block)
+		drain(t, s)
+		if n := metricSum(t, sink.String(), "PushDropped"); n != 0 {
+			t.Fatalf("PushDropped summed to %v, want the large record queued as a nudge", n)
+		}
+		got := relay.received("a1")
+		if len(got) != 2 || nudgeOf(t, got[1]) != 2 {
+			t.Fatalf("a1 received %d frames, want seq 1 then the nudge for seq 2", len(got))
+		}
+	})
+}
+
+// TestSenderNudgesABurstInsteadOfPostingItAll: an agent with more than
+// MaxRecordsPerConn records in one round gets one nudge for the highest
+// seq on each connection (meshd reads the rest from the inbox), not
+// hundreds of posts in a row; an agent within the bound gets its records.
+func TestSenderNudgesABurstInsteadOfPostingItAll(t *testing.T) {
+	dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1", "a2"}, "bob": {"b1"}}}
+	relay := &recordingRelay{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	var sink testenv.Buffer
+	s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &sink}}
+	s.Push("bob", 1, value("bob", 1))
+	<-relay.entered // the first round holds bob's seq 1; the rest wait for the next
+	last := int64(push.MaxRecordsPerConn + 1)
+	for seq := int64(1); seq <= last; seq++ {
+		s.Push("alice", seq, value("alice", seq))
+	}
+	for seq := int64(2); seq <= push.MaxRecordsPerConn+1; seq++ {
+		s.Push("bob", seq, value("bob", seq))
+	}
+	close(relay.block)
+	drain(t, s)
+	for _, conn := range []string{"a1", "a2"} {
+		got := relay.received(conn)
+		if len(got) != 1 || nudgeOf(t, got[0]) != last {
+			t.Fatalf("%s received %d frames, want one nudge for seq %d", conn, len(got), last)
+		}
+	}
+	if got := relay.received("b1"); !slices.Equal(got, values("bob", 1, push.MaxRecordsPerConn+1)) {
+		t.Fatalf("b1 received %v, want its records verbatim (at most MaxRecordsPerConn a round)", got)
+	}
+}
+
+// forgetCtxDirectory is a fakeDirectory that records whether the context
+// Forget got had already ended.
+type forgetCtxDirectory struct {
+	fakeDirectory
+	forgetErr []error
+}
+
+func (d *forgetCtxDirectory) Forget(ctx context.Context, ids []string) error {
+	d.mu.Lock()
+	d.forgetErr = append(d.forgetErr, ctx.Err())
+	d.mu.Unlock()
+	return d.fakeDirectory.Forget(ctx, ids)
+}
+
+// expiringRelay holds each Post until its context ends, then reports every
+// connection gone: a round whose posts used up their time.
+type expiringRelay struct{}
+
+func (expiringRelay) Post(ctx context.Context, msgs []push.Message) ([]string, error) {
+	<-ctx.Done()
+	return []string{msgs[0].ConnectionID}, ctx.Err()
+}
+
+func (expiringRelay) Close(context.Context, []string) error { return nil }
+
+// TestSenderForgetsWithAContextOfItsOwn: the gone connections of a round
+// whose posts ran out of time are still forgotten: Forget does not run on
+// the posts' ended context.
+func TestSenderForgetsWithAContextOfItsOwn(t *testing.T) {
+	dir := &forgetCtxDirectory{fakeDirectory: fakeDirectory{conns: map[string][]string{"alice": {"a1"}}}}
+	s := &push.Sender{Directory: dir, Relay: expiringRelay{}, Metrics: &metrics.Sink{W: &testenv.Buffer{}}, Timeout: time.Millisecond}
+	s.Push("alice", 1, value("alice", 1))
+	drain(t, s)
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if !slices.Equal(dir.forgot, []string{"a1"}) || len(dir.forgetErr) != 1 || dir.forgetErr[0] != nil {
+		t.Fatalf("forgot %v with context errors %v, want a1 forgotten with a live context", dir.forgot, dir.forgetErr)
 	}
 }

@@ -36,6 +36,17 @@ const (
 	// ExpireBatch bounds the rows one janitor run handles per kind
 	// (expired, revoked); the next run takes the rest.
 	ExpireBatch = 500
+	// ForgetMinAge is how old a row must be before a 410 from the
+	// management API may forget it: API Gateway answers 410 to a
+	// connection until its $connect returned, and the row is committed
+	// before that. A young row that is really gone is deleted by
+	// $disconnect or, past its age, by the janitor.
+	ForgetMinAge = 30 * time.Second
+	// DefaultRelayTimeout bounds the relay work a request does after its
+	// transaction committed (byes and closes on $connect, $default and
+	// revocations): well inside the callers' own limits (API Gateway's
+	// 29 s, meshd's dial timeout). What it cuts short the janitor closes.
+	DefaultRelayTimeout = 2 * time.Second
 	// maxInList bounds the ids of one IN (...) list; larger inputs are
 	// queried in chunks.
 	maxInList = 500
@@ -79,6 +90,9 @@ type Service struct {
 	Relay Relay
 	// MaxConnAge is how long a connection is served (MaxConnAge when zero).
 	MaxConnAge time.Duration
+	// RelayTimeout bounds the relay work after a request's commit
+	// (DefaultRelayTimeout when zero).
+	RelayTimeout time.Duration
 	// Clock is the service's time (mesh.SystemClock when nil).
 	Clock mesh.Clock
 	// Log receives relay failures (slog.Default when nil). Tokens are
@@ -88,6 +102,18 @@ type Service struct {
 	// afterAuth, in tests, runs between the token check and the
 	// transaction: where a racing revocation lands.
 	afterAuth func()
+	// beforeDelete, in tests, runs inside each deleting transaction before
+	// its statement; an error it returns is the statement's.
+	beforeDelete func() error
+}
+
+// ByeCloser is a Relay that can tell connections bye and close them in one
+// step that returns at once (the Lambda relay invokes the relay function
+// asynchronously), so that a request never waits on the management API.
+type ByeCloser interface {
+	// ByeAndClose posts bye to each connection, then closes them all. It
+	// returns once the work is handed over; one already gone is no error.
+	ByeAndClose(ctx context.Context, connectionIDs []string, bye []byte) error
 }
 
 func (s *Service) now() time.Time {
@@ -102,6 +128,16 @@ func (s *Service) maxAge() time.Duration {
 		return MaxConnAge
 	}
 	return s.MaxConnAge
+}
+
+// relayContext bounds post-commit relay work on a request path, and keeps
+// it going when the request itself is cancelled: the commit stands.
+func (s *Service) relayContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.RelayTimeout
+	if d <= 0 {
+		d = DefaultRelayTimeout
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 func (s *Service) log() *slog.Logger {
@@ -216,14 +252,16 @@ func (s *Service) Connect(ctx context.Context, req ConnectRequest) (Conn, error)
 		}
 		if over := len(existing) + 1 - MaxConnsPerAgent; over > 0 {
 			evicted = existing[:over]
-			return deleteIn(ctx, tx, evicted)
+			return deleteIn(ctx, tx, evicted, time.Time{})
 		}
 		return nil
 	})
 	if err != nil {
 		return Conn{}, err
 	}
-	s.sayByeAndClose(ctx, evicted, api.ByeReplaced)
+	rctx, cancel := s.relayContext(ctx)
+	defer cancel()
+	s.sayByeAndClose(rctx, evicted, api.ByeReplaced)
 	return c, nil
 }
 
@@ -232,8 +270,7 @@ func (s *Service) Disconnect(ctx context.Context, connectionID string) error {
 	if !validID(connectionID) {
 		return nil
 	}
-	_, err := s.DB.ExecContext(ctx, "DELETE FROM push_connections WHERE connection_id = ?", connectionID)
-	return err
+	return s.deleteIn(ctx, []string{connectionID}, time.Time{})
 }
 
 // Received spends one unit of the connection's client frame budget for a
@@ -265,24 +302,26 @@ WHERE connection_id = ? AND GREATEST(frame_tat_us, ?) + ? - ? <= ?`, n, iv, conn
 	if err != nil {
 		return err
 	}
-	return s.closeAndForget(ctx, []string{connectionID}, api.ByeRateLimited)
+	return s.closeAndForget(ctx, []string{connectionID}, api.ByeRateLimited, true)
 }
 
-// Targets returns the live connections of each of agentIDs, oldest first:
-// those not past their age and whose key is not revoked. Agents without
-// one are absent from the map.
+// Targets returns the connections of each of agentIDs whose key is not
+// revoked, oldest first. Agents without one are absent from the map.
+//
+// A connection past its expires_at is still served: meshd does not know the
+// server's age limit, and one that is past it is still open until API
+// Gateway (at its own limit) or the janitor (at expires_at plus
+// ExpireGrace) ends it.
 func (s *Service) Targets(ctx context.Context, agentIDs []string) (map[string][]string, error) {
 	out := map[string][]string{}
-	now := s.now()
 	for chunk := range chunks(dedup(agentIDs), maxInList) {
-		args := make([]any, 0, len(chunk)+1)
+		args := make([]any, 0, len(chunk))
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		args = append(args, now)
 		rows, err := s.DB.QueryContext(ctx, `SELECT c.agent_id, c.connection_id FROM push_connections c
 JOIN api_keys k ON k.key_id = c.key_id
-WHERE c.agent_id IN (`+mysql.Placeholders(len(chunk))+`) AND c.expires_at > ? AND k.revoked_at IS NULL
+WHERE c.agent_id IN (`+mysql.Placeholders(len(chunk))+`) AND k.revoked_at IS NULL
 ORDER BY c.agent_id, c.connected_at, c.connection_id`, args...)
 		if err != nil {
 			return nil, err
@@ -304,10 +343,18 @@ ORDER BY c.agent_id, c.connected_at, c.connection_id`, args...)
 }
 
 // Forget deletes the rows of connections that are gone (a 410 from the
-// management API); unknown ids are ignored.
+// management API); unknown ids are ignored. Rows younger than ForgetMinAge
+// are kept: their $connect may still be running, and API Gateway answers
+// 410 until it returned.
 func (s *Service) Forget(ctx context.Context, connectionIDs []string) error {
+	return s.forget(ctx, connectionIDs, s.now().Add(-ForgetMinAge))
+}
+
+// forget deletes the rows of connectionIDs connected before olderThan (any
+// age when zero).
+func (s *Service) forget(ctx context.Context, connectionIDs []string, olderThan time.Time) error {
 	for chunk := range chunks(dedup(connectionIDs), maxInList) {
-		if err := deleteIn(ctx, s.DB, chunk); err != nil {
+		if err := s.deleteIn(ctx, chunk, olderThan); err != nil {
 			return err
 		}
 	}
@@ -328,7 +375,8 @@ WHERE k.revoked_at IS NOT NULL ORDER BY c.connection_id LIMIT ?`, ExpireBatch)
 	if err != nil {
 		return err
 	}
-	return errors.Join(s.closeAndForget(ctx, expired, api.ByeExpired), s.closeAndForget(ctx, without(revoked, expired), api.ByeRevoked))
+	// No request waits on the janitor: its relay work has the run's time.
+	return errors.Join(s.closeAndForget(ctx, expired, api.ByeExpired, false), s.closeAndForget(ctx, without(revoked, expired), api.ByeRevoked, false))
 }
 
 // CloseKeys closes the connections opened with tokens of keyIDs (ByeRevoked)
@@ -349,7 +397,7 @@ func (s *Service) CloseKeys(ctx context.Context, keyIDs []string) error {
 		}
 		conns = append(conns, ids...)
 	}
-	return s.closeAndForget(ctx, conns, api.ByeRevoked)
+	return s.closeAndForget(ctx, conns, api.ByeRevoked, true)
 }
 
 // OnKeysRevoked is CloseKeys shaped as identity.Service.OnKeysRevoked: a
@@ -366,48 +414,50 @@ func (s *Service) OnKeysRevoked(ctx context.Context, keyIDs []string) {
 // closeAndForget says bye to conns, closes them and deletes their rows. A
 // row whose connection could not be closed is kept for the next janitor run
 // (its connection may still be open); one that is gone is forgotten.
-func (s *Service) closeAndForget(ctx context.Context, conns []string, reason string) error {
+// bounded limits the relay work to RelayTimeout (a request path).
+func (s *Service) closeAndForget(ctx context.Context, conns []string, reason string, bounded bool) error {
 	if len(conns) == 0 {
 		return nil
 	}
-	if err := s.sayBye(ctx, conns, reason); err != nil {
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if bounded {
+		rctx, cancel = s.relayContext(ctx)
+	}
+	err := s.byeAndClose(rctx, conns, reason)
+	cancel()
+	if err != nil {
 		return err
 	}
-	if s.Relay != nil {
-		if err := s.Relay.Close(ctx, conns); err != nil {
-			return err
-		}
-	}
-	return s.Forget(ctx, conns)
+	return s.forget(ctx, conns, time.Time{})
 }
 
 // sayByeAndClose tells connections already forgotten why they go and closes
 // them; failures are logged: the rows are gone, and API Gateway ends the
 // connection at its age limit at the latest.
 func (s *Service) sayByeAndClose(ctx context.Context, conns []string, reason string) {
-	if len(conns) == 0 || s.Relay == nil {
-		return
-	}
-	if err := s.sayBye(ctx, conns, reason); err != nil {
-		s.log().Warn("push: bye failed", "reason", reason, "connections", len(conns), "err", err)
-	}
-	if err := s.Relay.Close(ctx, conns); err != nil {
-		s.log().Warn("push: close failed", "reason", reason, "connections", len(conns), "err", err)
+	if err := s.byeAndClose(ctx, conns, reason); err != nil {
+		s.log().Warn("push: bye or close failed", "reason", reason, "connections", len(conns), "err", err)
 	}
 }
 
-// sayBye posts the bye frame; gone connections are no error (they are
-// being forgotten anyway).
-func (s *Service) sayBye(ctx context.Context, conns []string, reason string) error {
-	if s.Relay == nil {
+// byeAndClose posts the bye frame to conns and then closes them, in one
+// step when the relay is a ByeCloser. Gone connections are no error (they
+// are being forgotten anyway). Without a relay it does nothing.
+func (s *Service) byeAndClose(ctx context.Context, conns []string, reason string) error {
+	if len(conns) == 0 || s.Relay == nil {
 		return nil
+	}
+	if bc, ok := s.Relay.(ByeCloser); ok {
+		return bc.ByeAndClose(ctx, conns, ByeFrame(reason))
 	}
 	msgs := make([]Message, len(conns))
 	for i, c := range conns {
 		msgs[i] = Message{ConnectionID: c, Data: ByeFrame(reason)}
 	}
-	_, err := s.Relay.Post(ctx, msgs)
-	return err
+	if _, err := s.Relay.Post(ctx, msgs); err != nil {
+		return err
+	}
+	return s.Relay.Close(ctx, conns)
 }
 
 // ByeFrame is the frame {"v":2,"bye":reason} sent before the server closes
@@ -440,16 +490,41 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// deleteIn deletes the rows of ids (at most maxInList).
-func deleteIn(ctx context.Context, q execer, ids []string) error {
+// deleteIn deletes the rows of ids (at most maxInList) connected before
+// olderThan (any age when zero), in a transaction of its own: a deadlock
+// with a concurrent Connect (which locks the agent index, then the primary
+// key; a delete by primary key goes the other way) or a lock wait timeout
+// is retried, never answered as a failure of $disconnect.
+func (s *Service) deleteIn(ctx context.Context, ids []string, olderThan time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+	return s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if s.beforeDelete != nil {
+			if err := s.beforeDelete(); err != nil {
+				return err
+			}
+		}
+		return deleteIn(ctx, tx, ids, olderThan)
+	})
+}
+
+// deleteIn deletes the rows of ids (at most maxInList) connected before
+// olderThan (any age when zero) with q.
+func deleteIn(ctx context.Context, q execer, ids []string, olderThan time.Time) error {
+	if len(ids) == 0 {
+		return nil
 	}
-	_, err := q.ExecContext(ctx, "DELETE FROM push_connections WHERE connection_id IN ("+mysql.Placeholders(len(ids))+")", args...)
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	query := "DELETE FROM push_connections WHERE connection_id IN (" + mysql.Placeholders(len(ids)) + ")"
+	if !olderThan.IsZero() {
+		query += " AND connected_at < ?"
+		args = append(args, olderThan)
+	}
+	_, err := q.ExecContext(ctx, query, args...)
 	return err
 }
 

@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
+
 	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/metrics"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/push"
 	"github.com/agentmesh/agentmesh/shared/push/pushtest"
 	"github.com/agentmesh/agentmesh/shared/testenv"
@@ -292,10 +296,12 @@ func TestClientFramesAreRateLimited(t *testing.T) {
 	})
 }
 
-// TestTargetsSkipExpiredAndRevoked: the dispatcher gets each agent's live
-// connections, oldest first, never one past its age or of a revoked key,
-// for any number of agents.
-func TestTargetsSkipExpiredAndRevoked(t *testing.T) {
+// TestTargetsServeEveryOpenConnectionOfALiveKey: the dispatcher gets each
+// agent's connections, oldest first, never one of a revoked key, for any
+// number of agents. One past the server's age limit is still served: meshd
+// does not know that limit, and the connection is open until API Gateway
+// or the janitor ends it.
+func TestTargetsServeEveryOpenConnectionOfALiveKey(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	_, oldTok := identitytest.NewAgent(t, f.id, "elder")
@@ -324,7 +330,7 @@ func TestTargetsSkipExpiredAndRevoked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]string{"elder": {"old-2"}, "live2": {"live-1"}}
+	want := map[string][]string{"elder": {"old-1", "old-2"}, "live2": {"live-1"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("targets %v, want %v", got, want)
 	}
@@ -424,5 +430,203 @@ func TestHandshakesSpendTheAgentsRateBudget(t *testing.T) {
 	}
 	if rows := f.rows(t); rows != push.MaxConnsPerAgent {
 		t.Fatalf("%d rows, want %d", rows, push.MaxConnsPerAgent)
+	}
+}
+
+// TestAGoneAnswerDuringTheHandshakeKeepsTheRow: API Gateway answers 410 to
+// a connection until its $connect returned, and Connect commits the row
+// before that. A Sender round posting in that window must not forget the
+// row of what is about to be a live connection; a row older than
+// ForgetMinAge that answers 410 is forgotten.
+func TestAGoneAnswerDuringTheHandshakeKeepsTheRow(t *testing.T) {
+	f := newFixture(t)
+	_, tok := identitytest.NewAgent(t, f.id, "newcomer")
+	// 410 for every post: the handshake is not through yet.
+	f.relay.SetGone("fresh")
+	f.connect(t, "fresh", tok)
+	sender := &push.Sender{Directory: f.svc, Relay: f.relay, Metrics: &metrics.Sink{W: &testenv.Buffer{}}}
+
+	t.Run("a 410 to a connection younger than ForgetMinAge leaves its row", func(t *testing.T) {
+		sender.Push("newcomer", 1, value("newcomer", 1))
+		drain(t, sender)
+		if got := f.targets(t, "newcomer"); !slices.Equal(got, []string{"fresh"}) {
+			t.Fatalf("targets after a 410 during $connect %v, want [fresh]", got)
+		}
+	})
+	t.Run("a 410 to an older connection forgets it", func(t *testing.T) {
+		f.clock.Advance(push.ForgetMinAge + time.Second)
+		sender.Push("newcomer", 2, value("newcomer", 2))
+		drain(t, sender)
+		if n := f.rows(t); n != 0 {
+			t.Fatalf("%d rows left, want the gone connection forgotten", n)
+		}
+	})
+}
+
+// TestDeletesRetryDeadlocks: Connect locks the agent index then the primary
+// key, a delete by primary key the other way round, so $disconnect and
+// Forget can be a deadlock's victim (or wait out a lock). They retry
+// instead of failing ($disconnect would answer 5xx) and leave no row.
+func TestDeletesRetryDeadlocks(t *testing.T) {
+	cases := []struct {
+		name   string
+		errNum uint16
+		del    func(f *fixture) error
+	}{
+		{"a $disconnect that is a deadlock's victim is retried", mysql.ErrDeadlock, func(f *fixture) error {
+			return f.svc.Disconnect(context.Background(), "victim")
+		}},
+		{"a $disconnect that times out waiting for a lock is retried", mysql.ErrLockWait, func(f *fixture) error {
+			return f.svc.Disconnect(context.Background(), "victim")
+		}},
+		{"a Forget that is a deadlock's victim is retried", mysql.ErrDeadlock, func(f *fixture) error {
+			f.clock.Advance(push.ForgetMinAge + time.Second)
+			return f.svc.Forget(context.Background(), []string{"victim"})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			_, tok := identitytest.NewAgent(t, f.id, "unlucky")
+			f.connect(t, "victim", tok)
+			failures := 1
+			f.svc.SetBeforeDelete(func() error {
+				if failures > 0 {
+					failures--
+					return &mysqldriver.MySQLError{Number: c.errNum, Message: "injected"}
+				}
+				return nil
+			})
+			if err := c.del(f); err != nil {
+				t.Fatalf("delete failed: %v", err)
+			}
+			if n := f.rows(t); n != 0 {
+				t.Fatalf("%d rows left after the retried delete", n)
+			}
+		})
+	}
+}
+
+// boundRelay records, for every relay call, the context's state: whether it
+// had a deadline, how far off, and whether it had already ended. With
+// byeCloser set it is a push.ByeCloser.
+type boundRelay struct {
+	mu    sync.Mutex
+	calls []relayCall
+}
+
+type relayCall struct {
+	op          string
+	conns       []string
+	hasDeadline bool
+	remaining   time.Duration
+	err         error
+}
+
+func (r *boundRelay) record(ctx context.Context, op string, conns []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dl, ok := ctx.Deadline()
+	r.calls = append(r.calls, relayCall{op: op, conns: conns, hasDeadline: ok, remaining: time.Until(dl), err: ctx.Err()})
+}
+
+func (r *boundRelay) Post(ctx context.Context, msgs []push.Message) ([]string, error) {
+	var conns []string
+	for _, m := range msgs {
+		conns = append(conns, m.ConnectionID)
+	}
+	r.record(ctx, "post", conns)
+	return nil, nil
+}
+
+func (r *boundRelay) Close(ctx context.Context, ids []string) error {
+	r.record(ctx, "close", ids)
+	return nil
+}
+
+func (r *boundRelay) recorded() []relayCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+type byeCloserRelay struct{ boundRelay }
+
+func (r *byeCloserRelay) ByeAndClose(ctx context.Context, ids []string, bye []byte) error {
+	r.record(ctx, "bye-and-close "+string(bye), ids)
+	return nil
+}
+
+// TestRelayWorkOnRequestPathsIsBounded: the byes and closes a request does
+// after its commit ($connect evicting the oldest connection, a revocation,
+// a flood on $default) run under a context of at most RelayTimeout, far
+// inside API Gateway's 29 s and meshd's dial timeout, that the request's
+// own cancellation does not end; a relay that can bye and close in one
+// step (the Lambda relay, asynchronously) is asked to.
+func TestRelayWorkOnRequestPathsIsBounded(t *testing.T) {
+	type path struct {
+		name string
+		run  func(t *testing.T, f *fixture, ctx context.Context)
+		conn string
+		bye  string
+	}
+	paths := []path{
+		{"a $connect over the cap", func(t *testing.T, f *fixture, ctx context.Context) {
+			_, tok := identitytest.NewAgent(t, f.id, "capped")
+			for _, c := range []string{"c1", "c2", "c3"} {
+				if _, err := f.svc.Connect(ctx, push.ConnectRequest{ConnectionID: c, Token: tok}); err != nil {
+					t.Fatal(err)
+				}
+				f.clock.Advance(time.Second)
+			}
+		}, "c1", api.ByeReplaced},
+		{"a revocation whose request was cancelled", func(t *testing.T, f *fixture, ctx context.Context) {
+			key, tok := identitytest.NewAgent(t, f.id, "revokee")
+			f.connect(t, "r1", tok)
+			if _, err := f.id.RevokeKey(context.Background(), "revokee", keyIDOf(key)); err != nil {
+				t.Fatal(err)
+			}
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			f.svc.OnKeysRevoked(cancelled, []string{keyIDOf(key)})
+		}, "r1", api.ByeRevoked},
+		{"a flood on $default", func(t *testing.T, f *fixture, ctx context.Context) {
+			_, tok := identitytest.NewAgent(t, f.id, "flooder")
+			f.connect(t, "f1", tok)
+			if err := f.svc.Received(ctx, "f1", push.MaxClientFrameBytes+1); err != nil {
+				t.Fatal(err)
+			}
+		}, "f1", api.ByeRateLimited},
+	}
+	for _, p := range paths {
+		t.Run(p.name+" posts and closes within RelayTimeout", func(t *testing.T) {
+			f := newFixture(t)
+			relay := &boundRelay{}
+			f.svc.Relay = relay
+			p.run(t, f, context.Background())
+			calls := relay.recorded()
+			if len(calls) != 2 || calls[0].op != "post" || calls[1].op != "close" {
+				t.Fatalf("relay calls %+v, want a post then a close", calls)
+			}
+			for _, c := range calls {
+				if !slices.Equal(c.conns, []string{p.conn}) || !c.hasDeadline || c.remaining > push.DefaultRelayTimeout || c.err != nil {
+					t.Errorf("%s of %v: deadline %v (%v left), ended %v; want a live context of at most %v for [%s]",
+						c.op, c.conns, c.hasDeadline, c.remaining, c.err, push.DefaultRelayTimeout, p.conn)
+				}
+			}
+		})
+		t.Run(p.name+" hands a ByeCloser one bye-and-close", func(t *testing.T) {
+			f := newFixture(t)
+			relay := &byeCloserRelay{}
+			f.svc.Relay = relay
+			p.run(t, f, context.Background())
+			calls := relay.recorded()
+			if len(calls) != 1 || calls[0].op != "bye-and-close "+bye(p.bye) || !slices.Equal(calls[0].conns, []string{p.conn}) {
+				t.Fatalf("relay calls %+v, want one bye-and-close of [%s] with %s", calls, p.conn, bye(p.bye))
+			}
+			if c := calls[0]; !c.hasDeadline || c.remaining > push.DefaultRelayTimeout || c.err != nil {
+				t.Fatalf("bye-and-close: deadline %v (%v left), ended %v; want a live context of at most %v", c.hasDeadline, c.remaining, c.err, push.DefaultRelayTimeout)
+			}
+		})
 	}
 }

@@ -213,12 +213,17 @@ func TestManagementRelay(t *testing.T) {
 	})
 }
 
+// maxAsyncPayload is Lambda's limit on an asynchronous invocation's
+// request.
+const maxAsyncPayload = 256 << 10
+
 // lambdaAPI is an httptest Lambda Invoke endpoint that runs the relay
 // handler for function name, as Lambda would.
 type lambdaAPI struct {
 	*httptest.Server
 	mu       sync.Mutex
-	payloads []int // sizes of the requests, in order
+	payloads []int    // sizes of the requests, in order
+	types    []string // their invocation types, in order
 	bad      []string
 }
 
@@ -229,8 +234,10 @@ func newLambdaAPI(t *testing.T, name string, handler func(context.Context, pusha
 		body, _ := io.ReadAll(r.Body)
 		l.mu.Lock()
 		l.payloads = append(l.payloads, len(body))
+		typ := r.Header.Get("X-Amz-Invocation-Type")
+		l.types = append(l.types, typ)
 		if r.Method != http.MethodPost || r.URL.Path != "/2015-03-31/functions/"+name+"/invocations" ||
-			r.Header.Get("X-Amz-Invocation-Type") != "RequestResponse" || len(body) > pushaws.MaxInvokePayload {
+			(typ != "RequestResponse" || len(body) > pushaws.MaxInvokePayload) && (typ != "Event" || len(body) > maxAsyncPayload) {
 			l.bad = append(l.bad, fmt.Sprintf("%s %s type %q, %d bytes", r.Method, r.URL.Path, r.Header.Get("X-Amz-Invocation-Type"), len(body)))
 			l.mu.Unlock()
 			http.Error(w, `{"message":"bad invoke"}`, http.StatusBadRequest)
@@ -239,6 +246,15 @@ func newLambdaAPI(t *testing.T, name string, handler func(context.Context, pusha
 		l.mu.Unlock()
 		var req pushaws.RelayRequest
 		var out any
+		if typ == "Event" {
+			// Lambda accepts the event at once and runs it later; here,
+			// before answering, so the test can look at the result.
+			if err := json.Unmarshal(body, &req); err == nil {
+				_, _ = handler(context.WithoutCancel(r.Context()), req)
+			}
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
 		if err := json.Unmarshal(body, &req); err != nil {
 			w.Header().Set("X-Amz-Function-Error", "Unhandled")
 			out = map[string]string{"errorMessage": err.Error()}
@@ -323,6 +339,41 @@ func TestLambdaRelay(t *testing.T) {
 					t.Fatalf("%s: message %d is %q..., want them in order", c, i, m[:4])
 				}
 			}
+		}
+	})
+
+	t.Run("ByeAndClose hands byes and closes to the relay function asynchronously, each connection told bye before it is closed", func(t *testing.T) {
+		api := newConnectionsAPI(t, []string{"gone-already"})
+		fn := newLambdaAPI(t, "PushRelay", pushaws.RelayHandler(managementRelay(t, api, &testenv.Buffer{})))
+		var ids []string
+		for i := range pushaws.MaxAsyncCloses*2 + 1 {
+			// The longest ids there are, for the largest requests.
+			ids = append(ids, fmt.Sprintf("%0*d", push.MaxIDLength, i))
+		}
+		ids = append(ids, "gone-already")
+		bye := push.ByeFrame("revoked")
+		if err := fn.relay("PushRelay").ByeAndClose(context.Background(), ids, bye); err != nil {
+			t.Fatal(err)
+		}
+		fn.mu.Lock()
+		types, bad := slices.Clone(fn.types), slices.Clone(fn.bad)
+		fn.mu.Unlock()
+		if len(bad) > 0 {
+			t.Fatalf("invocations unlike Lambda's or over its asynchronous limit: %v", bad)
+		}
+		if !slices.Equal(types, []string{"Event", "Event", "Event"}) {
+			t.Fatalf("invocation types %v, want 3 asynchronous ones (Event) of at most %d connections", types, pushaws.MaxAsyncCloses)
+		}
+		api.check(t)
+		for _, id := range ids[:len(ids)-1] {
+			if got := api.received(id); !slices.Equal(got, []string{string(bye)}) {
+				t.Fatalf("connection %s received %q, want the bye", id, got)
+			}
+		}
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		if len(api.closed) != len(ids)-1 {
+			t.Fatalf("%d connections closed, want %d", len(api.closed), len(ids)-1)
 		}
 	})
 

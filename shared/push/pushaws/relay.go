@@ -44,8 +44,17 @@ const (
 	MaxRelayPosts = 2000
 	// MaxRelayCloses bounds the connections one request closes.
 	MaxRelayCloses = 1000
-	// DefaultInvokeTimeout bounds one invocation of the relay function.
-	DefaultInvokeTimeout = 20 * time.Second
+	// MaxAsyncCloses bounds the connections of one asynchronous bye and
+	// close: with ids of at most push.MaxIDLength bytes its request stays
+	// far under Lambda's limit on an asynchronous invocation's payload
+	// (256 KB).
+	MaxAsyncCloses = 250
+	// DefaultInvokeTimeout bounds one synchronous invocation of the relay
+	// function. It is longer than the function's own timeout (10 s in
+	// template.yaml), so the caller never gives up on a relay that is still
+	// posting, and shorter than push.DefaultSenderTimeout, so the Sender's
+	// round never does either.
+	DefaultInvokeTimeout = 12 * time.Second
 )
 
 // LambdaRelay reaches the @connections API through the PushRelayFunction,
@@ -60,7 +69,10 @@ type LambdaRelay struct {
 	InvokeTimeout time.Duration // per invocation (default DefaultInvokeTimeout)
 }
 
-var _ push.Relay = (*LambdaRelay)(nil)
+var (
+	_ push.Relay     = (*LambdaRelay)(nil)
+	_ push.ByeCloser = (*LambdaRelay)(nil)
+)
 
 // Post relays msgs; see push.Relay. A part that fails is dropped (its
 // messages are in the inbox) and the next part still goes; the error joins
@@ -97,16 +109,58 @@ func (r *LambdaRelay) Close(ctx context.Context, connectionIDs []string) error {
 	return errors.Join(errs...)
 }
 
+// ByeAndClose hands the byes and closes to the relay function in
+// asynchronous invocations (InvocationType Event), MaxAsyncCloses
+// connections each: Lambda accepts them at once and runs them (the byes,
+// then the closes) without the caller, which is a request with a short
+// budget. Lambda retries a failed run; the janitor is the backstop.
+func (r *LambdaRelay) ByeAndClose(ctx context.Context, connectionIDs []string, bye []byte) error {
+	var errs []error
+	ids := dedup(connectionIDs)
+	for len(ids) > 0 {
+		n := min(len(ids), MaxAsyncCloses)
+		req := RelayRequest{Closes: ids[:n], Posts: make([]RelayPost, n)}
+		for i, id := range ids[:n] {
+			req.Posts[i] = RelayPost{ConnectionID: id, Data: bye}
+		}
+		if err := r.invokeAsync(ctx, req); err != nil {
+			errs = append(errs, err)
+		}
+		ids = ids[n:]
+	}
+	return errors.Join(errs...)
+}
+
+func (r *LambdaRelay) invokeAsync(ctx context.Context, req RelayRequest) error {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ictx, cancel := context.WithTimeout(ctx, r.invokeTimeout())
+	defer cancel()
+	if _, err := r.Client.Invoke(ictx, &lambda.InvokeInput{
+		FunctionName:   aws.String(r.Function),
+		InvocationType: types.InvocationTypeEvent,
+		Payload:        payload,
+	}); err != nil {
+		return fmt.Errorf("pushaws: invoking %s asynchronously: %w", r.Function, err)
+	}
+	return nil
+}
+
+func (r *LambdaRelay) invokeTimeout() time.Duration {
+	if r.InvokeTimeout <= 0 {
+		return DefaultInvokeTimeout
+	}
+	return r.InvokeTimeout
+}
+
 func (r *LambdaRelay) invoke(ctx context.Context, req RelayRequest) (RelayResponse, error) {
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return RelayResponse{}, err
 	}
-	d := r.InvokeTimeout
-	if d <= 0 {
-		d = DefaultInvokeTimeout
-	}
-	ictx, cancel := context.WithTimeout(ctx, d)
+	ictx, cancel := context.WithTimeout(ctx, r.invokeTimeout())
 	defer cancel()
 	out, err := r.Client.Invoke(ictx, &lambda.InvokeInput{
 		FunctionName:   aws.String(r.Function),

@@ -1,0 +1,4 @@
+package meshd
+
+// PushFallbackAfter is pushFallbackAfter for the black-box tests.
+const PushFallbackAfter = pushFallbackAfter
