@@ -5,7 +5,7 @@ GO ?= go
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-.PHONY: latency run test bench bench-report bench-scale vet fmt lint fuzz build invoke services-up services-down clean
+.PHONY: latency run test bench bench-report bench-push bench-scale vet fmt lint fuzz build invoke services-up services-down clean
 
 ## run: the whole mesh locally (MariaDB, embedded Kafka, every route and schedule of template.yaml, demo agents)
 run:
@@ -43,11 +43,15 @@ bench:
 bench-report:
 	@infra/with-services.sh bash -c 'cd bench && $(GO) test -count=1 -v -run "^TestReport$$" -timeout 30m . -args -report'
 
+## bench-push: only the push channel's figures of bench/ (idle cost of 10,000 connections; latency push vs Kafka vs poll) -> .local/bench-push/report.md
+bench-push:
+	@mkdir -p .local/bench-push && infra/with-services.sh bash -c 'cd bench && $(GO) test -count=1 -v -run "^TestReport$$" -timeout 30m . -args -report -only idle,latency -out ../.local/bench-push'
+
 ## bench-scale: cost as tables grow (1,000,000-row outbox, 100,000 agents; EXPLAIN of each query) -> bench/report-scale.md
 bench-scale:
 	@infra/with-services.sh bash -c 'cd bench && $(GO) test -count=1 -v -run "^TestReport$$" -timeout 60m . -args -scale'
 
-## latency: 2xx->handler latency through the local stack with meshd, 1 and 50 msg/s for 3 min each (figures, not a test)
+## latency: 2xx->handler latency through the local stack with meshd in push, Kafka and poll mode side by side, 1 and 50 msg/s for 3 min each (figures, not a test)
 latency:
 	@infra/with-services.sh $(GO) test -count=1 -run '^$$' -bench DeliveryLatency -benchtime 1x -timeout 30m ./shared/localstack/ -args -latency
 

@@ -15,18 +15,19 @@ import (
 )
 
 // measureLatency runs the project's own BenchmarkDeliveryLatency (make
-// latency) at 50 and 200 msg/s with both handlers and reads back every
-// latency it measured, for the table and the CDF.
+// latency) at 50 and 200 msg/s with both handlers and meshd in push, Kafka
+// and poll mode side by side, and reads back every latency it measured, for
+// the table and the CDF.
 func measureLatency(t *testing.T, r *Results) {
 	root := repoRoot(t)
 	out := filepath.Join(t.TempDir(), "latency.jsonl")
 	rates := sized("50,200", "50")
-	say("latency: BenchmarkDeliveryLatency at %s msg/s for %v each, no-op and exec handlers", rates, *latDur)
+	say("latency: BenchmarkDeliveryLatency at %s msg/s for %v each, push, kafka and poll mode, no-op and exec handlers", rates, *latDur)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "DeliveryLatency", "-benchtime", "1x", "-timeout", "20m",
 		"./shared/localstack/", "-args", "-latency", "-latency.exec", "-latency.rates", rates,
-		"-latency.duration", latDur.String(), "-latency.out", out)
+		"-latency.duration", latDur.String(), "-latency.modes", "push,kafka,poll", "-latency.out", out)
 	cmd.Dir = root
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
@@ -63,6 +64,7 @@ func measureLatency(t *testing.T, r *Results) {
 	for ls.Scan() {
 		var l struct {
 			Rate    int     `json:"rate"`
+			Mode    string  `json:"mode"`
 			Handler string  `json:"handler"`
 			US      []int64 `json:"us"`
 			SentMS  []int64 `json:"sent_ms"`
@@ -82,11 +84,11 @@ func measureLatency(t *testing.T, r *Results) {
 		}
 		slices.Sort(d)
 		slices.Sort(edge)
-		key := fmt.Sprintf("%d/%s", l.Rate, l.Handler)
+		key := fmt.Sprintf("%d/%s/%s", l.Rate, l.Mode, l.Handler)
 		r.mu.Lock()
 		r.lat[key] = d
 		r.latEdge[key] = edge
 		r.mu.Unlock()
-		say("  latency %d msg/s %s: p50 %v p99 %v max %v", l.Rate, l.Handler, quantile(d, .5), quantile(d, .99), d[len(d)-1])
+		say("  latency %d msg/s %s mode %s: p50 %v p99 %v max %v", l.Rate, l.Mode, l.Handler, quantile(d, .5), quantile(d, .99), d[len(d)-1])
 	}
 }

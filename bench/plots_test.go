@@ -34,7 +34,7 @@ func newPlot(title, x, y string) *plot.Plot {
 	return p
 }
 
-// latencyKeys lists the latency runs of r ("rate/handler") in the order
+// latencyKeys lists the latency runs of r ("rate/mode/handler") in the order
 // the report and the plot show them.
 func (r *Results) latencyKeys() []string {
 	keys := make([]string, 0, len(r.lat))

@@ -28,15 +28,20 @@ var (
 	latencyDuration = flag.Duration("latency.duration", 3*time.Minute, "how long each rate of BenchmarkDeliveryLatency sends")
 	latencyRates    = flag.String("latency.rates", "1,50", "comma-separated rates (msg/s) of BenchmarkDeliveryLatency")
 	latencyExec     = flag.Bool("latency.exec", false, "split each rate between a recipient with the in-process no-op handler and one whose meshd runs an exec handler (true)")
-	latencyOut      = flag.String("latency.out", "", "append every latency measured, one JSON line per rate and handler, to this file (bench/ reads it for its report)")
+	latencyOut      = flag.String("latency.out", "", "append every latency measured, one JSON line per rate, mode and handler, to this file (bench/ reads it for its report)")
+	latencyModes    = flag.String("latency.modes", "push,kafka,poll", "comma-separated delivery modes of meshd measured side by side in each rate (push, kafka, poll)")
 )
 
 // BenchmarkDeliveryLatency measures what an agent waits between its send's 2xx
 // and the recipient's handler, through the local stack as `make run` runs it:
 // every route and every schedule of template.yaml (the dispatcher's runs
 // overlapping as on AWS), the real Kafka broker, and meshd for the recipient.
-// It reports p50/p95/p99/max per rate and checks order. Minutes long, so it
-// runs only with -latency (make latency); figures, not a pass/fail timing.
+// Each delivery mode of -latency.modes gets its own recipient (its meshd
+// pinned to that mode) in the same run, so push, Kafka and poll share the
+// stack, the dispatcher and the load they are compared under. It reports
+// p50/p95/p99/max per rate, mode and handler and checks order. Minutes long,
+// so it runs only with -latency (make latency); figures, not a pass/fail
+// timing.
 func BenchmarkDeliveryLatency(b *testing.B) {
 	if !*latency {
 		b.Skip("a report of several minutes: run it with make latency (go test -bench DeliveryLatency -args -latency)")
@@ -57,36 +62,68 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 // latencyRecipient is one measured recipient: its meshd's handler and what
 // it saw.
 type latencyRecipient struct {
-	id, handler string
-	h           meshd.Handler
-	warm        chan struct{}
-	lat         []time.Duration
-	sent        []time.Time // when each of lat's messages got its 2xx
-	seqs        []int64
+	id, mode, handler string
+	h                 meshd.Handler
+	warm              chan struct{}
+	// inMode is closed when meshd first reports mode; left counts its
+	// reports of another mode after that (a measurement of the wrong path).
+	inMode chan struct{}
+	left   int
+	lat    []time.Duration
+	sent   []time.Time // when each of lat's messages got its 2xx
+	seqs   []int64
+}
+
+// latencyModeList parses -latency.modes.
+func latencyModeList(b *testing.B) []string {
+	var modes []string
+	for _, f := range strings.Split(*latencyModes, ",") {
+		m := strings.TrimSpace(f)
+		switch m {
+		case meshd.ModePush, meshd.ModeKafka, meshd.ModePoll:
+		default:
+			b.Fatalf("-latency.modes: %q is not push, kafka or poll", f)
+		}
+		if slices.Contains(modes, m) {
+			b.Fatalf("-latency.modes: %q twice", m)
+		}
+		modes = append(modes, m)
+	}
+	return modes
 }
 
 func measureLatency(b *testing.B, rate int, d time.Duration) {
-	st := localstacktest.Start(b, localstacktest.Options{Kafka: true, Partitions: 3})
+	modes := latencyModeList(b)
+	// Push needs the stack's WebSocket API announced in the token; Kafka
+	// mode and the dispatcher need the broker.
+	st := localstacktest.Start(b, localstacktest.Options{Kafka: true, Partitions: 3, Push: true})
 	// Senders of at most 10 msg/s each stay clear of the per-agent rate limit.
 	senders := (rate + 9) / 10
 	var ids []string
 	for i := 0; i < senders; i++ {
 		ids = append(ids, fmt.Sprintf("sender-%d", i))
 	}
-	rcpts := []*latencyRecipient{{id: "bob", handler: "noop"}}
-	if *latencyExec {
-		// The exec handler as meshd runs a MESH_HANDLER line: a process per
-		// event (true reads nothing and exits 0).
-		rcpts = append(rcpts, &latencyRecipient{id: "carol", handler: "exec", h: meshd.CommandHandler{Command: []string{"true"}, Timeout: 30 * time.Second}})
+	var rcpts []*latencyRecipient
+	for _, m := range modes {
+		rcpts = append(rcpts, &latencyRecipient{id: "noop-" + m, mode: m, handler: "noop"})
+		if *latencyExec {
+			// The exec handler as meshd runs a MESH_HANDLER line: a process
+			// per event (true reads nothing and exits 0).
+			rcpts = append(rcpts, &latencyRecipient{id: "exec-" + m, mode: m, handler: "exec", h: meshd.CommandHandler{Command: []string{"true"}, Timeout: 30 * time.Second}})
+		}
 	}
 	all := append([]string{}, ids...)
 	for _, r := range rcpts {
 		all = append(all, r.id)
 	}
 	keys := st.Agents(b, all...)
+	// Friendships straight through identity: every sender with a recipient
+	// per mode and handler is more than the admin routes' burst allows.
 	for _, id := range ids {
 		for _, r := range rcpts {
-			st.Befriend(b, id, r.id)
+			if _, _, err := st.Env.Identity.AdminCreateFriendship(context.Background(), id, r.id); err != nil {
+				b.Fatalf("befriend %s and %s: %v", id, r.id, err)
+			}
 		}
 	}
 
@@ -109,7 +146,21 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 	handled := make(chan struct{}, 1<<16)
 	meshdDone := make(chan error, len(rcpts))
 	for _, r := range rcpts {
-		r.warm = make(chan struct{})
+		r.warm, r.inMode = make(chan struct{}), make(chan struct{})
+		onMode := func(_, m string) {
+			mu.Lock()
+			defer mu.Unlock()
+			select {
+			case <-r.inMode:
+				if m != r.mode {
+					r.left++
+				}
+			default:
+				if m == r.mode {
+					close(r.inMode)
+				}
+			}
+		}
 		h := meshd.HandlerFunc(func(ctx context.Context, env mesh.Envelope) error {
 			if r.h != nil {
 				if err := r.h.Handle(ctx, env); err != nil {
@@ -137,7 +188,7 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 		})
 		api := meshclient.New(st.URL, keys[r.id])
 		go func() {
-			meshdDone <- meshd.Run(ctx, meshd.Config{API: api, StateDir: b.TempDir(), Handler: h, HeartbeatEvery: 10 * time.Second})
+			meshdDone <- meshd.Run(ctx, meshd.Config{API: api, StateDir: b.TempDir(), Handler: h, HeartbeatEvery: 10 * time.Second, Mode: r.mode, OnMode: onMode})
 		}()
 	}
 	defer func() {
@@ -146,9 +197,15 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 			<-meshdDone
 		}
 	}()
-	// One message through the whole path before measuring: meshd is
-	// consuming and every connection is open.
+	// One message through the whole path before measuring: meshd is in its
+	// mode (push: its connection is open), consuming, and every connection
+	// is open.
 	for _, r := range rcpts {
+		select {
+		case <-r.inMode:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("the meshd of %s did not reach mode %s within 2 min", r.id, r.mode)
+		}
 		if _, err := meshclient.New(st.URL, keys[ids[0]]).Send(ctx, meshclient.SendRequest{To: r.id, MessageID: "warm-up-" + r.id, Parts: []mesh.Part{{Kind: "text", Text: "warm-up"}}}); err != nil {
 			b.Fatal(err)
 		}
@@ -206,35 +263,38 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 				break
 			}
 		}
+		if r.left > 0 {
+			b.Errorf("the meshd of %s left mode %s %d time(s) during the measurement", r.id, r.mode, r.left)
+		}
 		if *latencyOut != "" {
-			writeLatencies(b, *latencyOut, rate, r.handler, r.lat, r.sent)
+			writeLatencies(b, *latencyOut, rate, r.mode, r.handler, r.lat, r.sent)
 		}
 		lat := r.lat
 		slices.Sort(lat)
 		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-		unit := ""
-		if len(rcpts) > 1 {
-			unit = r.handler + "-"
+		unit := r.mode + "-"
+		if *latencyExec {
+			unit += r.handler + "-"
 		}
 		b.ReportMetric(float64(q(0.50).Milliseconds()), unit+"p50-ms")
 		b.ReportMetric(float64(q(0.95).Milliseconds()), unit+"p95-ms")
 		b.ReportMetric(float64(q(0.99).Milliseconds()), unit+"p99-ms")
 		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), unit+"max-ms")
-		b.Logf("%d msg/s for %v, %s handler: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
-			rate, d, r.handler, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
+		b.Logf("%d msg/s for %v, %s mode, %s handler: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
+			rate, d, r.mode, r.handler, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
 	}
 }
 
-// writeLatencies appends one JSON line {rate, handler, us: [...], sent_ms:
-// [...]} to path: each message's latency and the Unix time in ms its send
+// writeLatencies appends one JSON line {rate, mode, handler, us: [...],
+// sent_ms: [...]} to path: each message's latency and the Unix time in ms its send
 // got its 2xx (so a reader can tell minute boundaries apart).
-func writeLatencies(b *testing.B, path string, rate int, handler string, lat []time.Duration, sent []time.Time) {
+func writeLatencies(b *testing.B, path string, rate int, mode, handler string, lat []time.Duration, sent []time.Time) {
 	us := make([]int64, len(lat))
 	sentMS := make([]int64, len(lat))
 	for i, l := range lat {
 		us[i], sentMS[i] = l.Microseconds(), sent[i].UnixMilli()
 	}
-	line, err := json.Marshal(map[string]any{"rate": rate, "handler": handler, "us": us, "sent_ms": sentMS})
+	line, err := json.Marshal(map[string]any{"rate": rate, "mode": mode, "handler": handler, "us": us, "sent_ms": sentMS})
 	if err == nil {
 		var f *os.File
 		if f, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {

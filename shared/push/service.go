@@ -225,7 +225,12 @@ func (s *Service) Connect(ctx context.Context, req ConnectRequest) (Conn, error)
 		if live != 1 {
 			return errKeyRevoked
 		}
-		rows, err := tx.QueryContext(ctx, "SELECT connection_id FROM push_connections WHERE agent_id = ? ORDER BY connected_at, connection_id FOR UPDATE", c.AgentID)
+		// A plain read: the agents row lock already serialises this agent's
+		// connects, and its snapshot starts here, after that lock, so it
+		// sees every connect that committed before. A locking read would
+		// take gap locks that neighbouring agents' INSERTs deadlock on when
+		// thousands connect at once.
+		rows, err := tx.QueryContext(ctx, "SELECT connection_id FROM push_connections WHERE agent_id = ? ORDER BY connected_at, connection_id", c.AgentID)
 		if err != nil {
 			return err
 		}
