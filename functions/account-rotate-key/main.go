@@ -2,25 +2,18 @@
 package main
 
 import (
-	"context"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/app"
-	"github.com/agentmesh/agentmesh/shared/push/pushaws"
 	"github.com/agentmesh/agentmesh/shared/push/pushws"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	relay, err := pushaws.FromConfig(context.Background(), env.Config)
-	if err != nil {
-		env.Log.Error("push relay init failed", "err", err)
-		panic(err)
-	}
+	relay := pushws.MustRelay(env)
 	// A revocation closes the revoked keys' push connections.
 	pushws.CloseOnRevocation(env, relay)
 	lambda.Start(env.HTTP(accountshttp.Endpoints(accounts.New(env.Identity, taskshttp.New(env))).Must("AccountRotateKeyFunction")))

@@ -24,6 +24,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/push"
+	"github.com/agentmesh/agentmesh/shared/push/pushaws"
 )
 
 // Handler is the signature aws-lambda-go calls for WebSocket API events.
@@ -53,6 +54,18 @@ func New(env *app.Env, relay push.Relay) *push.Service {
 		DB: env.DB, Identity: env.Identity, Relay: relay, MaxConnAge: env.Config.PushMaxConnAge,
 		Clock: mesh.SystemClock, Log: env.Log,
 	}
+}
+
+// MustRelay is pushaws.FromConfig for a function's main: the relay of
+// env's configuration (nil when the mesh has no push channel); a
+// configuration that cannot make one stops the function at init, logged.
+func MustRelay(env *app.Env) push.Relay {
+	relay, err := pushaws.FromConfig(context.Background(), env.Config)
+	if err != nil {
+		env.Log.Error("push relay init failed", "err", err)
+		panic(err)
+	}
+	return relay
 }
 
 // CloseOnRevocation makes every revocation through env.Identity close the
