@@ -29,7 +29,7 @@ const exchangeTimeout = 90 * time.Second
 // are answered too.
 func (d *demo) exchange(ctx context.Context, creds *demoCreds, cleanups *[]func()) error {
 	start := time.Now()
-	d.say("[6/6] demo exchange: alice → bob over HTTP; outbox → dispatcher → Kafka → bob's meshd (in-process)")
+	d.say("[6/6] demo exchange: alice → bob over HTTP; outbox → dispatcher → Kafka, pushed over the WebSocket API → bob's meshd (in-process)")
 	stateDir := filepath.Join(d.stateDir, "meshd")
 	if creds.Created {
 		// The agents are new, so their inboxes start at seq 1 again: progress
@@ -139,7 +139,7 @@ func (d *demo) exchange(ctx context.Context, creds *demoCreds, cleanups *[]func(
 		return errors.New("the demo meshd did not come online within 15 s; see the log")
 	}
 
-	text := "Hello bob! This message travelled HTTP → MariaDB → Kafka → your meshd."
+	text := "Hello bob! This message travelled HTTP → MariaDB → Kafka → push → your meshd."
 	mu.Lock()
 	res, err := alice.Send(ctx, meshclient.SendRequest{To: "bob", Parts: []mesh.Part{{Kind: "text", Text: text}}})
 	sentTask = res.TaskID
