@@ -100,7 +100,10 @@ cmd_up() {
     die "port $HOST:$PORT is already in use by another process; set MESH_MARIADB_PORT or stop it"
   fi
 
-  mkdir -p "$DB_DIR" "$DATA_DIR"
+  # A tmpdir of its own: mariadbd deletes every "#sql*" file of its tmpdir
+  # at start, so a second instance sharing /tmp (a test's private server)
+  # would delete the running one's internal temporary tables mid-query.
+  mkdir -p "$DB_DIR" "$DATA_DIR" "$DB_DIR/tmp"
   rm -f "$PID_FILE" "$SOCKET"   # leftovers of a crash or reboot
 
   # Initialise the datadir only once; an existing one keeps its data across restarts.
@@ -114,7 +117,7 @@ cmd_up() {
   echo "mariadb: starting on $HOST:$PORT"
   # setsid+nohup: the server outlives this script and its terminal/session.
   setsid nohup "$MARIADBD" --no-defaults \
-    --datadir="$DATA_DIR" --socket="$SOCKET" --port="$PORT" --bind-address="$HOST" \
+    --datadir="$DATA_DIR" --tmpdir="$DB_DIR/tmp" --socket="$SOCKET" --port="$PORT" --bind-address="$HOST" \
     --user=root --pid-file="$PID_FILE" --log-error="$LOG_FILE" \
     --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
     --sql-mode="$SQL_MODE" \

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -335,6 +336,16 @@ func TestARunKeepsDeliveringAcrossADatabaseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	// Its temporary files stay in its own state: mariadbd deletes every
+	// "#sql*" file of its tmpdir at start, and in a shared /tmp that would
+	// pull the shared server's temporary tables from under its queries.
+	var tmpdir string
+	if err := db.QueryRowContext(ctx, "SELECT @@tmpdir").Scan(&tmpdir); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tmpdir, priv.state+string(os.PathSeparator)) {
+		t.Errorf("the private MariaDB's tmpdir is %s, want a directory in its state %s", tmpdir, priv.state)
+	}
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
