@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/backoff"
 	"github.com/agentmesh/agentmesh/shared/kafka"
+	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 )
 
@@ -287,17 +288,30 @@ func (r *runner) onRecord(ctx context.Context, rec *kgo.Record) error {
 		r.log.Info("cannot open a Kafka record of this agent; reading the next event from the inbox API", "offset", rec.Offset, "reason", err)
 		return r.fromInbox(ctx, rec.Offset)
 	}
+	// A duplicate (dispatcher retry), a re-read, or what a gap's catch-up
+	// delivered already is skipped.
+	if delivered, err := r.deliverNext(ctx, env, rec.Offset, "Kafka"); err != nil || delivered {
+		return err
+	}
+	return skip()
+}
+
+// deliverNext delivers env, an event of the agent's stream (Kafka or push),
+// in seq order: a seq already handled is a repeat and not delivered
+// (false); one past the next is preceded by the missing events, fetched
+// from the inbox API. offset is the Kafka offset marked with it (-1: none).
+func (r *runner) deliverNext(ctx context.Context, env mesh.Envelope, offset int64, stream string) (delivered bool, err error) {
 	if env.Seq <= r.state.LastSeq {
-		return skip() // a duplicate (dispatcher retry) or a re-read
+		return false, nil
 	}
 	if env.Seq > r.state.LastSeq+1 {
-		r.log.Info("gap in the Kafka stream; fetching the missing events from the inbox API", "have", r.state.LastSeq, "got", env.Seq)
+		r.log.Info("gap in the "+stream+" stream; fetching the missing events from the inbox API", "have", r.state.LastSeq, "got", env.Seq)
 		if err := r.catchUp(ctx, env.Seq-1); err != nil {
-			return err
+			return false, err
 		}
 		if env.Seq <= r.state.LastSeq {
-			return skip() // the catch-up delivered it already
+			return false, nil
 		}
 	}
-	return r.deliver(ctx, env, rec.Offset)
+	return true, r.deliver(ctx, env, offset)
 }

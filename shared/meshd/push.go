@@ -660,17 +660,8 @@ func (r *runner) onPushFrame(ctx context.Context, data []byte) error {
 		r.log.Info("cannot open a pushed record; catching up through the inbox API", "reason", err)
 		return r.catchUpInbox(ctx)
 	}
-	if env.Seq <= r.state.LastSeq {
-		return nil // a duplicate: both connections of a reconnect, or a catch-up got there first
-	}
-	if env.Seq > r.state.LastSeq+1 {
-		r.log.Info("gap in the pushed stream; fetching the missing events from the inbox API", "have", r.state.LastSeq, "got", env.Seq)
-		if err := r.catchUp(ctx, env.Seq-1); err != nil {
-			return err
-		}
-		if env.Seq <= r.state.LastSeq {
-			return nil
-		}
-	}
-	return r.deliver(ctx, env, -1)
+	// A duplicate (both connections of a reconnect, or a catch-up got there
+	// first) is dropped.
+	_, err = r.deliverNext(ctx, env, -1, "pushed")
+	return err
 }
