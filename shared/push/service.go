@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -319,7 +320,7 @@ WHERE connection_id = ? AND GREATEST(frame_tat_us, ?) + ? - ? <= ?`, n, iv, conn
 // ExpireGrace) ends it.
 func (s *Service) Targets(ctx context.Context, agentIDs []string) (map[string][]string, error) {
 	out := map[string][]string{}
-	for chunk := range chunks(dedup(agentIDs), maxInList) {
+	for chunk := range slices.Chunk(UniqueIDs(agentIDs), maxInList) {
 		args := make([]any, 0, len(chunk))
 		for _, id := range chunk {
 			args = append(args, id)
@@ -358,7 +359,7 @@ func (s *Service) Forget(ctx context.Context, connectionIDs []string) error {
 // forget deletes the rows of connectionIDs connected before olderThan (any
 // age when zero).
 func (s *Service) forget(ctx context.Context, connectionIDs []string, olderThan time.Time) error {
-	for chunk := range chunks(dedup(connectionIDs), maxInList) {
+	for chunk := range slices.Chunk(UniqueIDs(connectionIDs), maxInList) {
 		if err := s.deleteIn(ctx, chunk, olderThan); err != nil {
 			return err
 		}
@@ -388,7 +389,7 @@ WHERE k.revoked_at IS NOT NULL ORDER BY c.connection_id LIMIT ?`, ExpireBatch)
 // and forgets them: identity's OnKeysRevoked hook.
 func (s *Service) CloseKeys(ctx context.Context, keyIDs []string) error {
 	var conns []string
-	for chunk := range chunks(dedup(keyIDs), maxInList) {
+	for chunk := range slices.Chunk(UniqueIDs(keyIDs), maxInList) {
 		args := make([]any, 0, len(chunk)+1)
 		for _, id := range chunk {
 			args = append(args, id)
@@ -533,21 +534,9 @@ func deleteIn(ctx context.Context, q execer, ids []string, olderThan time.Time) 
 	return err
 }
 
-// chunks yields s in slices of at most n.
-func chunks(s []string, n int) func(func([]string) bool) {
-	return func(yield func([]string) bool) {
-		for len(s) > 0 {
-			k := min(n, len(s))
-			if !yield(s[:k]) {
-				return
-			}
-			s = s[k:]
-		}
-	}
-}
-
-// dedup drops repeated and empty ids, keeping the first occurrence's order.
-func dedup(ids []string) []string {
+// UniqueIDs drops repeated and empty ids, keeping the first occurrence's
+// order: one statement or call per connection, whoever asks twice.
+func UniqueIDs(ids []string) []string {
 	seen := make(map[string]bool, len(ids))
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {

@@ -163,7 +163,7 @@ func (r *ManagementRelay) Close(ctx context.Context, connectionIDs []string) err
 		mu   sync.Mutex
 		errs []error
 	)
-	r.each(ctx, dedup(connectionIDs), func(conn string) {
+	r.each(ctx, push.UniqueIDs(connectionIDs), func(conn string) {
 		cctx, cancel := context.WithTimeout(ctx, r.timeout())
 		_, err := r.Client.DeleteConnection(cctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: aws.String(conn)})
 		cancel()
@@ -223,18 +223,6 @@ func groupByConnection(msgs []push.Message) ([]string, map[string][]push.Message
 		by[m.ConnectionID] = append(by[m.ConnectionID], m)
 	}
 	return order, by
-}
-
-func dedup(ids []string) []string {
-	seen := make(map[string]bool, len(ids))
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // FromConfig returns the relay a function in this deployment posts

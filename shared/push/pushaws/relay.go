@@ -98,7 +98,7 @@ func (r *LambdaRelay) Post(ctx context.Context, msgs []push.Message) ([]string, 
 // Close relays the closes, MaxRelayCloses per invocation.
 func (r *LambdaRelay) Close(ctx context.Context, connectionIDs []string) error {
 	var errs []error
-	ids := dedup(connectionIDs)
+	ids := push.UniqueIDs(connectionIDs)
 	for len(ids) > 0 {
 		n := min(len(ids), MaxRelayCloses)
 		if _, err := r.invoke(ctx, RelayRequest{Closes: ids[:n]}); err != nil {
@@ -116,7 +116,7 @@ func (r *LambdaRelay) Close(ctx context.Context, connectionIDs []string) error {
 // budget. Lambda retries a failed run; the janitor is the backstop.
 func (r *LambdaRelay) ByeAndClose(ctx context.Context, connectionIDs []string, bye []byte) error {
 	var errs []error
-	ids := dedup(connectionIDs)
+	ids := push.UniqueIDs(connectionIDs)
 	for len(ids) > 0 {
 		n := min(len(ids), MaxAsyncCloses)
 		req := RelayRequest{Closes: ids[:n], Posts: make([]RelayPost, n)}
