@@ -22,25 +22,14 @@ import (
 )
 
 // fixture is a push service on a fresh database with a recording relay.
-type fixture struct {
-	id    *identity.Service
-	svc   *push.Service
-	relay *pushtest.Relay
-	clock *testenv.Clock
-}
+type fixture struct{ *pushtest.Fixture }
 
-func newFixture(t *testing.T) *fixture {
-	t.Helper()
-	id, clock, _ := identitytest.NewService(t)
-	relay := pushtest.NewRelay()
-	svc := &push.Service{DB: id.DB, Identity: id, Relay: relay, MaxConnAge: 2 * time.Hour, Clock: clock.Now}
-	return &fixture{id: id, svc: svc, relay: relay, clock: clock}
-}
+func newFixture(t *testing.T) *fixture { return &fixture{pushtest.NewFixture(t, 2*time.Hour)} }
 
 // connect opens connection conn for token, failing the test on error.
 func (f *fixture) connect(t *testing.T, conn, token string) push.Conn {
 	t.Helper()
-	c, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: conn, Token: token, InstanceID: "inst-1", SourceAddr: "192.0.2.1"})
+	c, err := f.Service.Connect(context.Background(), push.ConnectRequest{ConnectionID: conn, Token: token, InstanceID: "inst-1", SourceAddr: "192.0.2.1"})
 	if err != nil {
 		t.Fatalf("connect %s: %v", conn, err)
 	}
@@ -50,20 +39,11 @@ func (f *fixture) connect(t *testing.T, conn, token string) push.Conn {
 // targets is Targets for one agent.
 func (f *fixture) targets(t *testing.T, agent string) []string {
 	t.Helper()
-	m, err := f.svc.Targets(context.Background(), []string{agent})
+	m, err := f.Service.Targets(context.Background(), []string{agent})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m[agent]
-}
-
-func (f *fixture) rows(t *testing.T) int {
-	t.Helper()
-	var n int
-	if err := f.id.DB.QueryRow("SELECT COUNT(*) FROM push_connections").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 func bye(reason string) string { return string(push.ByeFrame(reason)) }
@@ -76,12 +56,12 @@ func keyIDOf(apiKey string) string { return apiKey[4:16] }
 // the newer two stay, and other agents are untouched.
 func TestAtMostTwoConnectionsPerAgent(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "capped")
-	_, other := identitytest.NewAgent(t, f.id, "bystander")
+	_, tok := identitytest.NewAgent(t, f.ID, "capped")
+	_, other := identitytest.NewAgent(t, f.ID, "bystander")
 	f.connect(t, "bystander-1", other)
 	for _, c := range []string{"conn-a", "conn-b"} {
 		f.connect(t, c, tok)
-		f.clock.Advance(time.Second)
+		f.Clock.Advance(time.Second)
 	}
 	c := f.connect(t, "conn-c", tok)
 
@@ -96,10 +76,10 @@ func TestAtMostTwoConnectionsPerAgent(t *testing.T) {
 		}
 	})
 	t.Run("the oldest is told replaced, then closed", func(t *testing.T) {
-		if got := f.relay.PostsTo("conn-a"); !slices.Equal(got, []string{bye(api.ByeReplaced)}) {
+		if got := f.Relay.PostsTo("conn-a"); !slices.Equal(got, []string{bye(api.ByeReplaced)}) {
 			t.Errorf("posts to conn-a %q", got)
 		}
-		if got := f.relay.Closed(); !slices.Equal(got, []string{"conn-a"}) {
+		if got := f.Relay.Closed(); !slices.Equal(got, []string{"conn-a"}) {
 			t.Errorf("closed %v", got)
 		}
 	})
@@ -114,14 +94,14 @@ func TestAtMostTwoConnectionsPerAgent(t *testing.T) {
 // other still leave at most two rows.
 func TestConcurrentConnectsKeepTheCap(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "racer")
+	_, tok := identitytest.NewAgent(t, f.ID, "racer")
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("race-%d", i), Token: tok})
+			_, err := f.Service.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("race-%d", i), Token: tok})
 			errs <- err
 		}()
 	}
@@ -132,10 +112,10 @@ func TestConcurrentConnectsKeepTheCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := f.rows(t); n != push.MaxConnsPerAgent {
+	if n := f.Rows(t); n != push.MaxConnsPerAgent {
 		t.Fatalf("%d rows after 8 concurrent connects, want %d", n, push.MaxConnsPerAgent)
 	}
-	if n := len(f.relay.Closed()); n != 8-push.MaxConnsPerAgent {
+	if n := len(f.Relay.Closed()); n != 8-push.MaxConnsPerAgent {
 		t.Fatalf("%d connections closed, want %d", n, 8-push.MaxConnsPerAgent)
 	}
 }
@@ -144,11 +124,11 @@ func TestConcurrentConnectsKeepTheCap(t *testing.T) {
 // that expired, or that is missing, is refused with 401 and writes nothing.
 func TestARevokedTokenIsRefusedAtConnect(t *testing.T) {
 	f := newFixture(t)
-	key, revokedTok := identitytest.NewAgent(t, f.id, "revoked")
-	if _, err := f.id.RevokeKey(context.Background(), "revoked", keyIDOf(key)); err != nil {
+	key, revokedTok := identitytest.NewAgent(t, f.ID, "revoked")
+	if _, err := f.ID.RevokeKey(context.Background(), "revoked", keyIDOf(key)); err != nil {
 		t.Fatal(err)
 	}
-	_, expiring := identitytest.NewAgent(t, f.id, "expiring")
+	_, expiring := identitytest.NewAgent(t, f.ID, "expiring")
 	cases := []struct {
 		name, token string
 		before      func()
@@ -157,18 +137,18 @@ func TestARevokedTokenIsRefusedAtConnect(t *testing.T) {
 		{"a token of a revoked key is refused", revokedTok, nil, "key_revoked"},
 		{"a missing token is refused", "", nil, "missing_token"},
 		{"a garbled token is refused", "eyJhbGciOiJFZERTQSJ9.e30.c2ln", nil, "invalid_token"},
-		{"an expired token is refused", expiring, func() { f.clock.Advance(2 * time.Hour) }, "invalid_token"},
+		{"an expired token is refused", expiring, func() { f.Clock.Advance(2 * time.Hour) }, "invalid_token"},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.before != nil {
 				c.before()
 			}
-			_, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("refused-%d", i), Token: c.token, SourceAddr: "192.0.2.9"})
+			_, err := f.Service.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("refused-%d", i), Token: c.token, SourceAddr: "192.0.2.9"})
 			if me := mesh.AsError(err); me.Kind != mesh.KindUnauthorized || me.Code != c.code {
 				t.Fatalf("err %v, want 401 %s", err, c.code)
 			}
-			if n := f.rows(t); n != 0 {
+			if n := f.Rows(t); n != 0 {
 				t.Fatalf("%d rows written", n)
 			}
 		})
@@ -181,17 +161,17 @@ func TestARevokedTokenIsRefusedAtConnect(t *testing.T) {
 // no connection of a revoked key outlives its revocation's hook.
 func TestARevocationRacingTheHandshakeWins(t *testing.T) {
 	f := newFixture(t)
-	key, tok := identitytest.NewAgent(t, f.id, "racing")
-	f.svc.SetAfterAuth(func() {
-		if _, err := f.id.RevokeKey(context.Background(), "racing", keyIDOf(key)); err != nil {
+	key, tok := identitytest.NewAgent(t, f.ID, "racing")
+	f.Service.SetAfterAuth(func() {
+		if _, err := f.ID.RevokeKey(context.Background(), "racing", keyIDOf(key)); err != nil {
 			t.Error(err)
 		}
 	})
-	_, err := f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: "late", Token: tok})
+	_, err := f.Service.Connect(context.Background(), push.ConnectRequest{ConnectionID: "late", Token: tok})
 	if me := mesh.AsError(err); me.Kind != mesh.KindUnauthorized || me.Code != "key_revoked" {
 		t.Fatalf("err %v, want 401 key_revoked", err)
 	}
-	if n := f.rows(t); n != 0 {
+	if n := f.Rows(t); n != 0 {
 		t.Fatalf("%d rows written", n)
 	}
 }
@@ -201,14 +181,14 @@ func TestARevocationRacingTheHandshakeWins(t *testing.T) {
 // "revoked", closes and forgets them, and leaves the other keys' alone.
 func TestRevocationClosesTheKeysConnections(t *testing.T) {
 	f := newFixture(t)
-	f.id.OnKeysRevoked = f.svc.OnKeysRevoked
+	f.ID.OnKeysRevoked = f.Service.OnKeysRevoked
 	ctx := context.Background()
-	key1, tok1 := identitytest.NewAgent(t, f.id, "holder")
-	rot, err := f.id.RotateKey(ctx, "holder", identity.RotateOptions{})
+	key1, tok1 := identitytest.NewAgent(t, f.ID, "holder")
+	rot, err := f.ID.RotateKey(ctx, "holder", identity.RotateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok2, err := f.id.IssueToken(ctx, rot.APIKey, "")
+	tok2, err := f.ID.IssueToken(ctx, rot.APIKey, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +196,13 @@ func TestRevocationClosesTheKeysConnections(t *testing.T) {
 	f.connect(t, "by-key-2", tok2.Token)
 
 	t.Run("revoking a key closes its connection only", func(t *testing.T) {
-		if _, err := f.id.RevokeKey(ctx, "holder", keyIDOf(key1)); err != nil {
+		if _, err := f.ID.RevokeKey(ctx, "holder", keyIDOf(key1)); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.relay.PostsTo("by-key-1"); !slices.Equal(got, []string{bye(api.ByeRevoked)}) {
+		if got := f.Relay.PostsTo("by-key-1"); !slices.Equal(got, []string{bye(api.ByeRevoked)}) {
 			t.Errorf("posts %q", got)
 		}
-		if got := f.relay.Closed(); !slices.Equal(got, []string{"by-key-1"}) {
+		if got := f.Relay.Closed(); !slices.Equal(got, []string{"by-key-1"}) {
 			t.Errorf("closed %v", got)
 		}
 		if got := f.targets(t, "holder"); !slices.Equal(got, []string{"by-key-2"}) {
@@ -230,14 +210,14 @@ func TestRevocationClosesTheKeysConnections(t *testing.T) {
 		}
 	})
 	t.Run("a rotation revoking the existing keys closes the rest", func(t *testing.T) {
-		f.relay.Reset()
-		if _, err := f.id.RotateKey(ctx, "holder", identity.RotateOptions{RevokeExisting: true}); err != nil {
+		f.Relay.Reset()
+		if _, err := f.ID.RotateKey(ctx, "holder", identity.RotateOptions{RevokeExisting: true}); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.relay.Closed(); !slices.Equal(got, []string{"by-key-2"}) {
+		if got := f.Relay.Closed(); !slices.Equal(got, []string{"by-key-2"}) {
 			t.Errorf("closed %v", got)
 		}
-		if n := f.rows(t); n != 0 {
+		if n := f.Rows(t); n != 0 {
 			t.Errorf("%d rows left", n)
 		}
 	})
@@ -259,22 +239,22 @@ func TestClientFramesAreRateLimited(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t)
-			_, tok := identitytest.NewAgent(t, f.id, "chatty")
+			_, tok := identitytest.NewAgent(t, f.ID, "chatty")
 			f.connect(t, "noisy", tok)
 			for _, size := range c.frames {
-				if err := f.svc.Received(context.Background(), "noisy", size); err != nil {
+				if err := f.Service.Received(context.Background(), "noisy", size); err != nil {
 					t.Fatal(err)
 				}
 			}
-			closed := slices.Equal(f.relay.Closed(), []string{"noisy"})
+			closed := slices.Equal(f.Relay.Closed(), []string{"noisy"})
 			if closed != c.closed {
-				t.Fatalf("closed %v, want %v", f.relay.Closed(), c.closed)
+				t.Fatalf("closed %v, want %v", f.Relay.Closed(), c.closed)
 			}
 			if c.closed {
-				if got := f.relay.PostsTo("noisy"); !slices.Equal(got, []string{bye(api.ByeRateLimited)}) {
+				if got := f.Relay.PostsTo("noisy"); !slices.Equal(got, []string{bye(api.ByeRateLimited)}) {
 					t.Errorf("posts %q", got)
 				}
-				if n := f.rows(t); n != 0 {
+				if n := f.Rows(t); n != 0 {
 					t.Errorf("%d rows left", n)
 				}
 			}
@@ -282,15 +262,15 @@ func TestClientFramesAreRateLimited(t *testing.T) {
 	}
 	t.Run("the budget refills with time", func(t *testing.T) {
 		f := newFixture(t)
-		_, tok := identitytest.NewAgent(t, f.id, "patient")
+		_, tok := identitytest.NewAgent(t, f.ID, "patient")
 		f.connect(t, "steady", tok)
 		for range 3 * push.ClientFrameBurst {
-			if err := f.svc.Received(context.Background(), "steady", 10); err != nil {
+			if err := f.Service.Received(context.Background(), "steady", 10); err != nil {
 				t.Fatal(err)
 			}
-			f.clock.Advance(push.ClientFramePer)
+			f.Clock.Advance(push.ClientFramePer)
 		}
-		if got := f.relay.Closed(); len(got) != 0 {
+		if got := f.Relay.Closed(); len(got) != 0 {
 			t.Fatalf("closed %v", got)
 		}
 	})
@@ -304,21 +284,21 @@ func TestClientFramesAreRateLimited(t *testing.T) {
 func TestTargetsServeEveryOpenConnectionOfALiveKey(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	_, oldTok := identitytest.NewAgent(t, f.id, "elder")
+	_, oldTok := identitytest.NewAgent(t, f.ID, "elder")
 	f.connect(t, "old-1", oldTok)
-	f.clock.Advance(90 * time.Minute)
-	key, revTok := identitytest.NewAgent(t, f.id, "revokee")
+	f.Clock.Advance(90 * time.Minute)
+	key, revTok := identitytest.NewAgent(t, f.ID, "revokee")
 	f.connect(t, "rev-1", revTok) // young: only its revocation hides it
 	// A second connection of elder, through a newer key, opened later.
-	tok, err := f.id.IssueToken(ctx, mustRotate(t, f.id, "elder"), "")
+	tok, err := f.ID.IssueToken(ctx, mustRotate(t, f.ID, "elder"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.connect(t, "old-2", tok.Token)
-	_, liveTok := identitytest.NewAgent(t, f.id, "live2")
+	_, liveTok := identitytest.NewAgent(t, f.ID, "live2")
 	f.connect(t, "live-1", liveTok)
-	f.clock.Advance(31 * time.Minute) // old-1 is past 2 h
-	if _, err := f.id.RevokeKey(ctx, "revokee", keyIDOf(key)); err != nil {
+	f.Clock.Advance(31 * time.Minute) // old-1 is past 2 h
+	if _, err := f.ID.RevokeKey(ctx, "revokee", keyIDOf(key)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -326,7 +306,7 @@ func TestTargetsServeEveryOpenConnectionOfALiveKey(t *testing.T) {
 	for i := range 1200 { // more than one IN list
 		many = append(many, fmt.Sprintf("nobody-%d", i))
 	}
-	got, err := f.svc.Targets(ctx, many)
+	got, err := f.Service.Targets(ctx, many)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,40 +332,40 @@ func mustRotate(t *testing.T, s *identity.Service, agent string) string {
 func TestTheJanitorExpiresOldConnections(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	_, oldTok := identitytest.NewAgent(t, f.id, "old")
+	_, oldTok := identitytest.NewAgent(t, f.ID, "old")
 	f.connect(t, "aged", oldTok)
-	f.clock.Advance(2*time.Hour - time.Minute)
-	key, revTok := identitytest.NewAgent(t, f.id, "rev")
+	f.Clock.Advance(2*time.Hour - time.Minute)
+	key, revTok := identitytest.NewAgent(t, f.ID, "rev")
 	f.connect(t, "revoked-conn", revTok)
-	_, youngTok := identitytest.NewAgent(t, f.id, "young")
+	_, youngTok := identitytest.NewAgent(t, f.ID, "young")
 	f.connect(t, "young-conn", youngTok)
 	// No hook: the revocation leaves its connection to the janitor.
-	if _, err := f.id.RevokeKey(ctx, "rev", keyIDOf(key)); err != nil {
+	if _, err := f.ID.RevokeKey(ctx, "rev", keyIDOf(key)); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("a revoked key's connection is told revoked at once; the aged one is within the grace", func(t *testing.T) {
-		f.clock.Advance(time.Minute + push.ExpireGrace/2) // aged is 30 s past its age
-		if err := f.svc.Expire(ctx); err != nil {
+		f.Clock.Advance(time.Minute + push.ExpireGrace/2) // aged is 30 s past its age
+		if err := f.Service.Expire(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.relay.PostsTo("revoked-conn"); !slices.Equal(got, []string{bye(api.ByeRevoked)}) {
+		if got := f.Relay.PostsTo("revoked-conn"); !slices.Equal(got, []string{bye(api.ByeRevoked)}) {
 			t.Errorf("posts to revoked-conn %q", got)
 		}
-		if got := f.relay.Closed(); !slices.Equal(got, []string{"revoked-conn"}) {
+		if got := f.Relay.Closed(); !slices.Equal(got, []string{"revoked-conn"}) {
 			t.Errorf("closed %v", got)
 		}
 	})
 	t.Run("past the grace the aged one is told expired, closed and forgotten", func(t *testing.T) {
-		f.relay.Reset()
-		f.clock.Advance(push.ExpireGrace)
-		if err := f.svc.Expire(ctx); err != nil {
+		f.Relay.Reset()
+		f.Clock.Advance(push.ExpireGrace)
+		if err := f.Service.Expire(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.relay.PostsTo("aged"); !slices.Equal(got, []string{bye(api.ByeExpired)}) {
+		if got := f.Relay.PostsTo("aged"); !slices.Equal(got, []string{bye(api.ByeExpired)}) {
 			t.Errorf("posts to aged %q", got)
 		}
-		if got := f.relay.Closed(); !slices.Equal(got, []string{"aged"}) {
+		if got := f.Relay.Closed(); !slices.Equal(got, []string{"aged"}) {
 			t.Errorf("closed %v", got)
 		}
 	})
@@ -393,7 +373,7 @@ func TestTheJanitorExpiresOldConnections(t *testing.T) {
 		if got := f.targets(t, "young"); !slices.Equal(got, []string{"young-conn"}) {
 			t.Errorf("young targets %v", got)
 		}
-		if n := f.rows(t); n != 1 {
+		if n := f.Rows(t); n != 1 {
 			t.Errorf("%d rows left, want only young-conn", n)
 		}
 	})
@@ -403,14 +383,14 @@ func TestTheJanitorExpiresOldConnections(t *testing.T) {
 // reach the management API), closing is forgetting the row.
 func TestTheJanitorRunsWithoutARelay(t *testing.T) {
 	f := newFixture(t)
-	f.svc.Relay = nil
-	_, tok := identitytest.NewAgent(t, f.id, "lonely")
+	f.Service.Relay = nil
+	_, tok := identitytest.NewAgent(t, f.ID, "lonely")
 	f.connect(t, "lonely-1", tok)
-	f.clock.Advance(3 * time.Hour)
-	if err := f.svc.Expire(context.Background()); err != nil {
+	f.Clock.Advance(3 * time.Hour)
+	if err := f.Service.Expire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.rows(t); n != 0 {
+	if n := f.Rows(t); n != 0 {
 		t.Fatalf("%d rows left", n)
 	}
 }
@@ -419,16 +399,16 @@ func TestTheJanitorRunsWithoutARelay(t *testing.T) {
 // faster than the agent's rate limit: past the burst, 429.
 func TestHandshakesSpendTheAgentsRateBudget(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "reconnector")
+	_, tok := identitytest.NewAgent(t, f.ID, "reconnector")
 	var err error
 	n := 0
 	for ; n <= identity.RateBurst && err == nil; n++ {
-		_, err = f.svc.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("again-%d", n), Token: tok})
+		_, err = f.Service.Connect(context.Background(), push.ConnectRequest{ConnectionID: fmt.Sprintf("again-%d", n), Token: tok})
 	}
 	if me := mesh.AsError(err); me.Kind != mesh.KindRateLimited {
 		t.Fatalf("%d handshakes of one agent at one instant: last err %v, want 429", n, err)
 	}
-	if rows := f.rows(t); rows != push.MaxConnsPerAgent {
+	if rows := f.Rows(t); rows != push.MaxConnsPerAgent {
 		t.Fatalf("%d rows, want %d", rows, push.MaxConnsPerAgent)
 	}
 }
@@ -440,11 +420,11 @@ func TestHandshakesSpendTheAgentsRateBudget(t *testing.T) {
 // ForgetMinAge that answers 410 is forgotten.
 func TestAGoneAnswerDuringTheHandshakeKeepsTheRow(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "newcomer")
+	_, tok := identitytest.NewAgent(t, f.ID, "newcomer")
 	// 410 for every post: the handshake is not through yet.
-	f.relay.SetGone("fresh")
+	f.Relay.SetGone("fresh")
 	f.connect(t, "fresh", tok)
-	sender := &push.Sender{Directory: f.svc, Relay: f.relay, Metrics: &metrics.Sink{W: &testenv.Buffer{}}}
+	sender := &push.Sender{Directory: f.Service, Relay: f.Relay, Metrics: &metrics.Sink{W: &testenv.Buffer{}}}
 
 	t.Run("a 410 to a connection younger than ForgetMinAge leaves its row", func(t *testing.T) {
 		sender.Push("newcomer", 1, value("newcomer", 1))
@@ -454,10 +434,10 @@ func TestAGoneAnswerDuringTheHandshakeKeepsTheRow(t *testing.T) {
 		}
 	})
 	t.Run("a 410 to an older connection forgets it", func(t *testing.T) {
-		f.clock.Advance(push.ForgetMinAge + time.Second)
+		f.Clock.Advance(push.ForgetMinAge + time.Second)
 		sender.Push("newcomer", 2, value("newcomer", 2))
 		drain(t, sender)
-		if n := f.rows(t); n != 0 {
+		if n := f.Rows(t); n != 0 {
 			t.Fatalf("%d rows left, want the gone connection forgotten", n)
 		}
 	})
@@ -474,23 +454,23 @@ func TestDeletesRetryDeadlocks(t *testing.T) {
 		del    func(f *fixture) error
 	}{
 		{"a $disconnect that is a deadlock's victim is retried", mysql.ErrDeadlock, func(f *fixture) error {
-			return f.svc.Disconnect(context.Background(), "victim")
+			return f.Service.Disconnect(context.Background(), "victim")
 		}},
 		{"a $disconnect that times out waiting for a lock is retried", mysql.ErrLockWait, func(f *fixture) error {
-			return f.svc.Disconnect(context.Background(), "victim")
+			return f.Service.Disconnect(context.Background(), "victim")
 		}},
 		{"a Forget that is a deadlock's victim is retried", mysql.ErrDeadlock, func(f *fixture) error {
-			f.clock.Advance(push.ForgetMinAge + time.Second)
-			return f.svc.Forget(context.Background(), []string{"victim"})
+			f.Clock.Advance(push.ForgetMinAge + time.Second)
+			return f.Service.Forget(context.Background(), []string{"victim"})
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t)
-			_, tok := identitytest.NewAgent(t, f.id, "unlucky")
+			_, tok := identitytest.NewAgent(t, f.ID, "unlucky")
 			f.connect(t, "victim", tok)
 			failures := 1
-			f.svc.SetBeforeDelete(func() error {
+			f.Service.SetBeforeDelete(func() error {
 				if failures > 0 {
 					failures--
 					return &mysqldriver.MySQLError{Number: c.errNum, Message: "injected"}
@@ -500,7 +480,7 @@ func TestDeletesRetryDeadlocks(t *testing.T) {
 			if err := c.del(f); err != nil {
 				t.Fatalf("delete failed: %v", err)
 			}
-			if n := f.rows(t); n != 0 {
+			if n := f.Rows(t); n != 0 {
 				t.Fatalf("%d rows left after the retried delete", n)
 			}
 		})
@@ -572,28 +552,28 @@ func TestRelayWorkOnRequestPathsIsBounded(t *testing.T) {
 	}
 	paths := []path{
 		{"a $connect over the cap", func(t *testing.T, f *fixture, ctx context.Context) {
-			_, tok := identitytest.NewAgent(t, f.id, "capped")
+			_, tok := identitytest.NewAgent(t, f.ID, "capped")
 			for _, c := range []string{"c1", "c2", "c3"} {
-				if _, err := f.svc.Connect(ctx, push.ConnectRequest{ConnectionID: c, Token: tok}); err != nil {
+				if _, err := f.Service.Connect(ctx, push.ConnectRequest{ConnectionID: c, Token: tok}); err != nil {
 					t.Fatal(err)
 				}
-				f.clock.Advance(time.Second)
+				f.Clock.Advance(time.Second)
 			}
 		}, "c1", api.ByeReplaced},
 		{"a revocation whose request was cancelled", func(t *testing.T, f *fixture, ctx context.Context) {
-			key, tok := identitytest.NewAgent(t, f.id, "revokee")
+			key, tok := identitytest.NewAgent(t, f.ID, "revokee")
 			f.connect(t, "r1", tok)
-			if _, err := f.id.RevokeKey(context.Background(), "revokee", keyIDOf(key)); err != nil {
+			if _, err := f.ID.RevokeKey(context.Background(), "revokee", keyIDOf(key)); err != nil {
 				t.Fatal(err)
 			}
 			cancelled, cancel := context.WithCancel(ctx)
 			cancel()
-			f.svc.OnKeysRevoked(cancelled, []string{keyIDOf(key)})
+			f.Service.OnKeysRevoked(cancelled, []string{keyIDOf(key)})
 		}, "r1", api.ByeRevoked},
 		{"a flood on $default", func(t *testing.T, f *fixture, ctx context.Context) {
-			_, tok := identitytest.NewAgent(t, f.id, "flooder")
+			_, tok := identitytest.NewAgent(t, f.ID, "flooder")
 			f.connect(t, "f1", tok)
-			if err := f.svc.Received(ctx, "f1", push.MaxClientFrameBytes+1); err != nil {
+			if err := f.Service.Received(ctx, "f1", push.MaxClientFrameBytes+1); err != nil {
 				t.Fatal(err)
 			}
 		}, "f1", api.ByeRateLimited},
@@ -602,7 +582,7 @@ func TestRelayWorkOnRequestPathsIsBounded(t *testing.T) {
 		t.Run(p.name+" posts and closes within RelayTimeout", func(t *testing.T) {
 			f := newFixture(t)
 			relay := &boundRelay{}
-			f.svc.Relay = relay
+			f.Service.Relay = relay
 			p.run(t, f, context.Background())
 			calls := relay.recorded()
 			if len(calls) != 2 || calls[0].op != "post" || calls[1].op != "close" {
@@ -618,7 +598,7 @@ func TestRelayWorkOnRequestPathsIsBounded(t *testing.T) {
 		t.Run(p.name+" hands a ByeCloser one bye-and-close", func(t *testing.T) {
 			f := newFixture(t)
 			relay := &byeCloserRelay{}
-			f.svc.Relay = relay
+			f.Service.Relay = relay
 			p.run(t, f, context.Background())
 			calls := relay.recorded()
 			if len(calls) != 1 || calls[0].op != "bye-and-close "+bye(p.bye) || !slices.Equal(calls[0].conns, []string{p.conn}) {

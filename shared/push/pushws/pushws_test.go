@@ -12,37 +12,15 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/api"
-	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/push"
 	"github.com/agentmesh/agentmesh/shared/push/pushtest"
 	"github.com/agentmesh/agentmesh/shared/push/pushws"
-	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
-type fixture struct {
-	id    *identity.Service
-	svc   *push.Service
-	relay *pushtest.Relay
-	clock *testenv.Clock
-}
+type fixture struct{ *pushtest.Fixture }
 
-func newFixture(t *testing.T) *fixture {
-	t.Helper()
-	id, clock, _ := identitytest.NewService(t)
-	relay := pushtest.NewRelay()
-	return &fixture{id: id, relay: relay, clock: clock,
-		svc: &push.Service{DB: id.DB, Identity: id, Relay: relay, MaxConnAge: time.Hour, Clock: clock.Now}}
-}
-
-func (f *fixture) rows(t *testing.T) int {
-	t.Helper()
-	var n int
-	if err := f.id.DB.QueryRow("SELECT COUNT(*) FROM push_connections").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func newFixture(t *testing.T) *fixture { return &fixture{pushtest.NewFixture(t, time.Hour)} }
 
 // sample reads events/<name>.json as a WebSocket API event.
 func sample(t *testing.T, name string) events.APIGatewayWebsocketProxyRequest {
@@ -91,8 +69,8 @@ func multiMaps(m map[string][]string) map[string][]string {
 func TestSampleEvents(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	_, tok := identitytest.NewAgent(t, f.id, "planner")
-	h := pushws.Handlers(f.svc)
+	_, tok := identitytest.NewAgent(t, f.ID, "planner")
+	h := pushws.Handlers(f.Service)
 	routes := []struct{ file, function, route, eventType string }{
 		{"push-connect", "PushConnectFunction", "$connect", "CONNECT"},
 		{"push-default", "PushDefaultFunction", "$default", "MESSAGE"},
@@ -117,7 +95,7 @@ func TestSampleEvents(t *testing.T) {
 				t.Fatalf("answer %d %s, err %v", resp.StatusCode, resp.Body, err)
 			}
 			want := map[string]int{"$connect": 1, "$default": 1, "$disconnect": 0}[r.route]
-			if n := f.rows(t); n != want {
+			if n := f.Rows(t); n != want {
 				t.Fatalf("%d rows after %s, want %d", n, r.route, want)
 			}
 			if r.route == "$connect" && resp.Headers["Sec-WebSocket-Protocol"] != pushws.Subprotocol {
@@ -134,7 +112,7 @@ func TestSampleEvents(t *testing.T) {
 		if err := json.Unmarshal(b, &ev); err != nil || ev.DetailType != "Scheduled Event" || !strings.Contains(ev.Resources[0], "PushJanitorFunction") {
 			t.Fatalf("event %+v, err %v", ev, err)
 		}
-		if err := pushws.Jobs(f.svc).Must("PushJanitorFunction")(ctx); err != nil {
+		if err := pushws.Jobs(f.Service).Must("PushJanitorFunction")(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -165,8 +143,8 @@ func TestSampleEvents(t *testing.T) {
 // status and a problem document, and writes nothing.
 func TestConnectRefusals(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "refused")
-	connect := pushws.Connect(f.svc)
+	_, tok := identitytest.NewAgent(t, f.ID, "refused")
+	connect := pushws.Connect(f.Service)
 	cases := []struct {
 		name    string
 		headers map[string]string
@@ -194,7 +172,7 @@ func TestConnectRefusals(t *testing.T) {
 			if strings.Contains(resp.Body, tok) {
 				t.Errorf("the answer echoes the token")
 			}
-			if n := f.rows(t); n != 0 {
+			if n := f.Rows(t); n != 0 {
 				t.Fatalf("%d rows written", n)
 			}
 		})
@@ -230,8 +208,8 @@ func checkProblem(t *testing.T, resp events.APIGatewayProxyResponse, status int,
 // mesh.v1 only when the client offered it.
 func TestTheTokenTravelsInEitherPlace(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "flexible")
-	connect := pushws.Connect(f.svc)
+	_, tok := identitytest.NewAgent(t, f.ID, "flexible")
+	connect := pushws.Connect(f.Service)
 	cases := []struct {
 		name     string
 		headers  map[string]string
@@ -264,23 +242,23 @@ func TestTheTokenTravelsInEitherPlace(t *testing.T) {
 // frames beyond the budget close the connection with rate_limited.
 func TestAFloodOfClientFramesClosesTheConnection(t *testing.T) {
 	f := newFixture(t)
-	_, tok := identitytest.NewAgent(t, f.id, "flooder")
+	_, tok := identitytest.NewAgent(t, f.ID, "flooder")
 	ctx := context.Background()
 	conn := withToken(sample(t, "push-connect"), tok)
-	if resp, err := pushws.Connect(f.svc)(ctx, conn); err != nil || resp.StatusCode != 200 {
+	if resp, err := pushws.Connect(f.Service)(ctx, conn); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("connect %d %s %v", resp.StatusCode, resp.Body, err)
 	}
 	frame := sample(t, "push-default")
 	for range push.ClientFrameBurst + 1 {
-		if resp, err := pushws.Default(f.svc)(ctx, frame); err != nil || resp.StatusCode != 200 {
+		if resp, err := pushws.Default(f.Service)(ctx, frame); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("frame %d %s %v", resp.StatusCode, resp.Body, err)
 		}
 	}
 	id := frame.RequestContext.ConnectionID
-	if got := f.relay.PostsTo(id); !slices.Equal(got, []string{string(push.ByeFrame(api.ByeRateLimited))}) {
+	if got := f.Relay.PostsTo(id); !slices.Equal(got, []string{string(push.ByeFrame(api.ByeRateLimited))}) {
 		t.Fatalf("posts %q", got)
 	}
-	if !slices.Equal(f.relay.Closed(), []string{id}) || f.rows(t) != 0 {
-		t.Fatalf("closed %v, %d rows", f.relay.Closed(), f.rows(t))
+	if !slices.Equal(f.Relay.Closed(), []string{id}) || f.Rows(t) != 0 {
+		t.Fatalf("closed %v, %d rows", f.Relay.Closed(), f.Rows(t))
 	}
 }
