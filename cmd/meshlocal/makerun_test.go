@@ -19,16 +19,24 @@ import (
 // freePort is a TCP port nothing listens on right now (testenv.FreePort).
 func freePort(t *testing.T) string { return strconv.Itoa(testenv.FreePort(t)) }
 
-// bootUntilReady starts Run (make run's code) and returns its base URL,
-// its terminal output so far and a stop function.
+// bootUntilReady starts Run (make run's code) with the demo and returns its
+// base URL, its terminal output so far and a stop function.
 func bootUntilReady(t *testing.T, env map[string]string) (string, *testenv.Buffer, func()) {
+	t.Helper()
+	return boot(t, env, true)
+}
+
+// boot starts Run, with or without the demo, waits until it serves and
+// returns its base URL, its terminal output and a stop function (also run
+// at cleanup).
+func boot(t *testing.T, env map[string]string, demo bool) (string, *testenv.Buffer, func()) {
 	t.Helper()
 	var o, e testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan string, 1)
 	go func() {
-		done <- Run(ctx, Options{Dir: ".", Getenv: func(k string) string { return env[k] }, Out: &o, Stderr: &e, Demo: true,
+		done <- Run(ctx, Options{Dir: ".", Getenv: func(k string) string { return env[k] }, Out: &o, Stderr: &e, Demo: demo,
 			Ready: func(base string) { ready <- base }})
 	}()
 	var base string
@@ -36,26 +44,24 @@ func bootUntilReady(t *testing.T, env map[string]string) (string, *testenv.Buffe
 	case base = <-ready:
 	case err := <-done:
 		cancel()
-		t.Fatalf("Run returned before it was ready: %v\n%s", err, o.String())
+		t.Fatalf("Run returned before it was ready: %v\n%s\n%s", err, o.String(), e.String())
 	case <-time.After(2 * time.Minute):
 		cancel()
 		t.Fatalf("not ready after 2 minutes:\n%s", o.String())
 	}
-	stopped := false
+	var once sync.Once
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run = %v", err)
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run = %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("Run did not stop within 30 s")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not stop within 30 s")
-		}
+		})
 	}
 	t.Cleanup(stop)
 	return base, &o, stop

@@ -21,45 +21,6 @@ import (
 	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
-// bootPlain starts Run without the demo and returns its terminal output
-// and a stop function (also run at cleanup).
-func bootPlain(t *testing.T, env map[string]string) (*testenv.Buffer, func()) {
-	t.Helper()
-	var o, e testenv.Buffer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() {
-		done <- Run(ctx, Options{Dir: ".", Getenv: func(k string) string { return env[k] }, Out: &o, Stderr: &e,
-			Ready: func(base string) { ready <- base }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run returned before it was ready: %v\n%s\n%s", err, o.String(), e.String())
-	case <-time.After(2 * time.Minute):
-		cancel()
-		t.Fatalf("not ready after 2 minutes:\n%s", o.String())
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run = %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Run did not stop within 30 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return &o, stop
-}
-
 // adminCall sends in as JSON to path with the admin key and decodes the
 // answer into out (unless nil).
 func adminCall(t *testing.T, base, adminKey, path string, in, out any) {
@@ -100,7 +61,7 @@ func TestAMeshdInPushModeMissesNothingAcrossAMeshlocalRestart(t *testing.T) {
 		"MYSQL_DSN": dsn, "MESH_HTTP_ADDR": addr, "MESH_STATE_DIR": t.TempDir(),
 		"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_TOPIC": topic, "KAFKA_PARTITIONS": "1",
 	}
-	out, stop1 := bootPlain(t, env)
+	_, out, stop1 := boot(t, env, false)
 	adminKey := adminKeyRe.FindString(out.String())
 	if adminKey == "" {
 		t.Fatalf("no admin key in the output:\n%s", out.String())
@@ -168,7 +129,7 @@ func TestAMeshdInPushModeMissesNothingAcrossAMeshlocalRestart(t *testing.T) {
 	// pushed, when meshlocal goes.
 	send(3)
 	stop1()
-	bootPlain(t, env)
+	boot(t, env, false)
 	send(3) // while meshd reconnects
 	waitFor("meshd to reconnect to the new process", func() bool { return connects() >= 2 })
 	send(2)
