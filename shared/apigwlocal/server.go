@@ -122,7 +122,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Invocations() map[string]int64 { return s.inv.Snapshot() }
 
 // invoke calls h, turning a panic into an error as the Lambda runtime would.
-func (s *Server) invoke(ctx context.Context, h httpapi.LambdaHandler, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
+func (s *Server) invoke(ctx context.Context, h httpapi.LambdaHandler, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return callHandler(ctx, h, ev)
+}
+
+// callHandler runs a Lambda handler as the runtime does: a panic is the
+// invocation's error, not the emulator's crash.
+func callHandler[E, R any](ctx context.Context, h func(context.Context, E) (R, error), ev E) (resp R, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)

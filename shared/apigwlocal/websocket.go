@@ -469,16 +469,11 @@ func (a *webSocketAPI) disconnect(c *wsConn, code websocket.StatusCode, reason s
 
 // invoke calls h with the route's timeout, counting the invocation and
 // turning a panic into an error as the Lambda runtime would.
-func (a *webSocketAPI) invoke(ctx context.Context, routeKey string, h WebSocketHandler, ev events.APIGatewayWebsocketProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
+func (a *webSocketAPI) invoke(ctx context.Context, routeKey string, h WebSocketHandler, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	a.inv.Add(a.api.Routes[routeKey])
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeouts[routeKey])
 	defer cancel()
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panicked: %v", p)
-		}
-	}()
-	return h(ctx, ev)
+	return callHandler(ctx, h, ev)
 }
 
 // event is the part every route's event shares.
