@@ -668,7 +668,7 @@ func (c *Client) once(ctx context.Context, cl call, body []byte, bearer string, 
 }
 
 func decodeProblem(resp *http.Response, data []byte) *APIError {
-	ae := &APIError{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	ae := &APIError{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	var p struct {
 		Code   string `json:"code"`
 		Title  string `json:"title"`
@@ -692,19 +692,23 @@ func decodeProblem(resp *http.Response, data []byte) *APIError {
 	return ae
 }
 
-// parseRetryAfter reads delta-seconds or an HTTP date.
-func parseRetryAfter(v string) time.Duration {
+// MaxRetryAfter bounds what a Retry-After header is read as: callers cap
+// their waits anyway, and it keeps the arithmetic far from overflow.
+const MaxRetryAfter = 24 * time.Hour
+
+// ParseRetryAfter reads a Retry-After header, delta-seconds or an HTTP
+// date, as the wait it asks for at now: 0 when it is absent, malformed or
+// in the past, at most MaxRetryAfter.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return time.Duration(min(secs, uint64(MaxRetryAfter/time.Second))) * time.Second
 	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return min(at.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

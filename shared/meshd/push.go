@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/backoff"
+	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/push"
 )
 
@@ -70,10 +70,6 @@ const pushTickEvery = time.Second
 // it. A channel that cannot be reached at all is polled around at once.
 const pushFallbackAfter = 3
 
-// maxRetryAfter bounds what a Retry-After header is parsed to (the wait is
-// capped at PushRetryMax anyway); it keeps the arithmetic far from overflow.
-const maxRetryAfter = 24 * time.Hour
-
 // pushDialError is a failed handshake of the push channel (other than the
 // 401 dial handles): either the push channel answered with an HTTP status
 // instead of upgrading, or it was not reached (status 0: connection
@@ -98,22 +94,7 @@ func newPushDialError(resp *http.Response, err error, now time.Time) *pushDialEr
 	if resp == nil {
 		return &pushDialError{err: err}
 	}
-	return &pushDialError{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now), err: err}
-}
-
-// parseRetryAfter reads a Retry-After header (seconds or an HTTP date); 0
-// when it is absent, malformed or in the past.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
-		return time.Duration(min(secs, uint64(maxRetryAfter/time.Second))) * time.Second
-	}
-	if at, err := http.ParseTime(v); err == nil && at.After(now) {
-		return min(at.Sub(now), maxRetryAfter)
-	}
-	return 0
+	return &pushDialError{status: resp.StatusCode, retryAfter: meshclient.ParseRetryAfter(resp.Header.Get("Retry-After"), now), err: err}
 }
 
 // pushFallBack reports whether auto mode polls the inbox API after a failed

@@ -84,28 +84,6 @@ func pushRunner(base, max time.Duration) *runner {
 	}, log: slog.New(slog.DiscardHandler)}
 }
 
-func TestPushRetryAfterIsRead(t *testing.T) {
-	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name, header string
-		want         time.Duration
-	}{
-		{"seconds are read", "7", 7 * time.Second},
-		{"an HTTP date is read as the time until it", now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
-		{"a date in the past asks for no wait", now.Add(-time.Minute).Format(http.TimeFormat), 0},
-		{"an absent header asks for no wait", "", 0},
-		{"a malformed header asks for no wait", "soon", 0},
-		{"a negative number asks for no wait", "-5", 0},
-		{"an absurd number is bounded", "99999999999999999", maxRetryAfter},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := parseRetryAfter(tc.header, now); got != tc.want {
-				t.Errorf("Retry-After %q read as %v, want %v", tc.header, got, tc.want)
-			}
-		})
-	}
-}
-
 func TestPushDialErrorsAreClassified(t *testing.T) {
 	now := time.Now()
 	t.Run("no HTTP answer is an unreachable channel", func(t *testing.T) {
