@@ -60,18 +60,28 @@ var errBadKey = mesh.Errorf(mesh.KindUnauthorized, "invalid_api_key", "the API k
 // throttled per key id and per address.
 func (s *Service) IssueToken(ctx context.Context, apiKey, sourceAddr string) (TokenResponse, error) {
 	keyID, hash, ok := parseAPIKey(apiKey)
+	return guarded(ctx, s, authThrottles(keyID, sourceAddr),
+		func() (TokenResponse, error) { return s.issueToken(ctx, keyID, hash, ok) },
+		func(err error) bool { return mesh.AsError(err).Code == errBadKey.Code })
+}
+
+// guarded runs an authentication attempt under throttles: while any of
+// them is spent it is refused with 429 before the credential is looked at,
+// and an attempt that fails (failed(err)) spends them all.
+func guarded[T any](ctx context.Context, s *Service, throttles []throttle, attempt func() (T, error), failed func(error) bool) (T, error) {
 	now := s.Now()
-	throttles := authThrottles(keyID, sourceAddr)
 	if err := s.checkThrottles(ctx, throttles, now); err != nil {
-		return TokenResponse{}, err
+		var zero T
+		return zero, err
 	}
-	tok, err := s.issueToken(ctx, keyID, hash, ok)
-	if me := mesh.AsError(err); err != nil && me.Code == errBadKey.Code {
+	out, err := attempt()
+	if err != nil && failed(err) {
 		if err := s.spend(ctx, throttles, now); err != nil {
-			return TokenResponse{}, err
+			var zero T
+			return zero, err
 		}
 	}
-	return tok, err
+	return out, err
 }
 
 // issueToken is IssueToken once the failure budgets allowed the attempt.
@@ -195,18 +205,9 @@ func (s *Service) AuthenticateAgent(ctx context.Context, token string) (Caller, 
 // spent every attempt is refused with 429 before the token is looked at, so
 // a handshake flood learns nothing.
 func (s *Service) AuthenticateAgentFrom(ctx context.Context, token, sourceAddr string) (Caller, error) {
-	now := s.Now()
-	throttles := authThrottles("", sourceAddr)
-	if err := s.checkThrottles(ctx, throttles, now); err != nil {
-		return Caller{}, err
-	}
-	c, err := s.AuthenticateAgent(ctx, token)
-	if me := mesh.AsError(err); err != nil && me.Kind == mesh.KindUnauthorized {
-		if err := s.spend(ctx, throttles, now); err != nil {
-			return Caller{}, err
-		}
-	}
-	return c, err
+	return guarded(ctx, s, authThrottles("", sourceAddr),
+		func() (Caller, error) { return s.AuthenticateAgent(ctx, token) },
+		func(err error) bool { return mesh.AsError(err).Kind == mesh.KindUnauthorized })
 }
 
 // AuthenticateAdmin compares the admin key in constant time. Failures are
