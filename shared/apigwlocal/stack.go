@@ -25,6 +25,9 @@ type Registry struct {
 	HTTP      map[string]httpapi.LambdaHandler
 	Jobs      app.Jobs
 	WebSocket map[string]WebSocketHandler
+	// URL are the handlers of functions with a Function URL
+	// (FunctionUrlConfig), by logical ID: what lambdaurl.Wrap returns.
+	URL map[string]URLHandler
 	// Replaced lists the template functions the local stack deliberately
 	// does not run, with what runs instead (e.g. a deploy-time function
 	// whose work the caller does itself before serving, or a function that

@@ -90,6 +90,16 @@ type Config struct {
 	// (MESH_PUSH_MAX_CONN_AGE, default 2 h: API Gateway's limit; shorter
 	// in tests that simulate it).
 	PushMaxConnAge time.Duration
+
+	// A2AURL is the public base of the A2A gateway's routes (MESH_A2A_URL,
+	// e.g. http://127.0.0.1:8080; on AWS empty: the gateway derives it from
+	// its Function URL's domain). Agent cards live under
+	// {A2AURL}/a2a/agents/{agent_id}.
+	A2AURL string
+	// PublicAPIURL is the public base of the HTTP API (MESH_PUBLIC_API_URL),
+	// for absolute links such as the OAuth token endpoint an agent card
+	// declares ({PublicAPIURL}/v1/oauth/token).
+	PublicAPIURL string
 }
 
 // Getenv is the lookup Load uses; tests pass a map.
@@ -117,6 +127,8 @@ func Load(getenv Getenv) (Config, error) {
 		PushEndpoint:      getenv("MESH_PUSH_ENDPOINT"),
 		PushRelayFunction: getenv("MESH_PUSH_RELAY_FUNCTION"),
 		PushMaxConnAge:    2 * time.Hour,
+		A2AURL:            strings.TrimRight(getenv("MESH_A2A_URL"), "/"),
+		PublicAPIURL:      strings.TrimRight(getenv("MESH_PUBLIC_API_URL"), "/"),
 	}
 	c.KafkaPublicBrokers = splitList(getenv("KAFKA_PUBLIC_BROKERS"))
 	if len(c.KafkaPublicBrokers) == 0 {

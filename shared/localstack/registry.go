@@ -10,10 +10,14 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/aws/aws-lambda-go/lambdaurl"
+
+	"github.com/agentmesh/agentmesh/shared/a2agw"
 	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards/cardshttp"
 	"github.com/agentmesh/agentmesh/shared/console"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
@@ -52,7 +56,7 @@ var Replaced = map[string]string{
 // stack and AWS run identical code; TestRegistryServesExactlyTheTemplatesRoutesAndSchedules keeps it equal
 // to the template.
 func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
-	reg := apigwlocal.Registry{HTTP: map[string]httpapi.LambdaHandler{}, WebSocket: map[string]apigwlocal.WebSocketHandler{}, Jobs: app.Jobs{}, Replaced: Replaced}
+	reg := apigwlocal.Registry{HTTP: map[string]httpapi.LambdaHandler{}, WebSocket: map[string]apigwlocal.WebSocketHandler{}, URL: map[string]apigwlocal.URLHandler{}, Jobs: app.Jobs{}, Replaced: Replaced}
 	var dup []string
 	addHTTP := func(eps httpapi.Endpoints) {
 		for id, ep := range eps {
@@ -75,6 +79,11 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 		ts.Metrics, ts.Inbox.Metrics = deps.Metrics, deps.Metrics
 	}
 	acc := accounts.New(env.Identity, ts)
+	cs := a2agw.Cards(env)
+	addHTTP(cardshttp.Endpoints(cs))
+	// The A2A gateway streams, so it is a Function URL (RESPONSE_STREAM),
+	// not an HTTP API route: functions/a2a runs the same handler.
+	reg.URL["A2AFunction"] = lambdaurl.Wrap(a2agw.New(env, ts, cs).Handler())
 	addHTTP(env.Endpoints())
 	addHTTP(identityhttp.Endpoints(env.Identity))
 	addHTTP(taskshttp.Endpoints(ts))

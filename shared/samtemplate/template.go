@@ -44,6 +44,20 @@ type Function struct {
 	// CustomResources are the CloudFormation custom resources whose
 	// ServiceToken is this function (it runs at deploy time).
 	CustomResources []CustomResource
+	// URL is the function's Function URL (FunctionUrlConfig), nil if none.
+	URL *FunctionURL
+}
+
+// FunctionURL is a function's FunctionUrlConfig, with where the local stack
+// serves it.
+type FunctionURL struct {
+	AuthType   string // NONE or AWS_IAM
+	InvokeMode string // BUFFERED or RESPONSE_STREAM
+	// LocalPath is the path prefix under which the local stack serves the
+	// function on the HTTP API's port (the function's Metadata
+	// MeshLocalPath, e.g. /a2a/): a Function URL has a host of its own on
+	// AWS, and the function sees the whole path either way.
+	LocalPath string
 }
 
 // CustomResource is a Custom::* resource of the template.

