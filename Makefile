@@ -13,14 +13,15 @@ run:
 	@$(GO) build -o .local/bin/meshlocal ./cmd/meshlocal
 	@.local/bin/meshlocal
 
-## test: start MariaDB + Kafka, go vet, all tests, API fuzz (schemathesis), template lint; stops what it started
+## test: start MariaDB + Kafka, go vet, all tests, API fuzz (schemathesis), the a2a-sdk client suite, template lint; stops what it started
 test:
 	@infra/with-services.sh bash -c '\
 	  set -e; \
 	  echo "==> go vet"; $(GO) vet ./...; \
 	  echo "==> gofmt"; test -z "$$(gofmt -l $$(git ls-files "*.go") | tee /dev/stderr)"; \
 	  echo "==> go test"; $(GO) test -count=1 -timeout 20m ./...; \
-	  echo "==> schemathesis (openapi.yaml against the local stack)"; infra/fuzz-api.sh'
+	  echo "==> schemathesis (openapi.yaml against the local stack)"; infra/fuzz-api.sh; \
+	  echo "==> a2a-sdk 1.3.0 (the Python A2A client against a mesh agent)"; infra/a2a-sdk.sh'
 	@infra/lint-template.sh
 
 ## lint: template.yaml through cfn-lint and sam validate --lint (pip, into .local/venv)

@@ -30,7 +30,7 @@ type command struct {
 // commands is every command, in the order `meshd help` lists them.
 func commands() []*command {
 	var all []*command
-	for _, group := range [][]*command{daemonCommands(), lifecycleCommands(), messageCommands(), taskCommands(), socialCommands()} {
+	for _, group := range [][]*command{daemonCommands(), lifecycleCommands(), messageCommands(), taskCommands(), socialCommands(), conformanceCommands()} {
 		all = append(all, group...)
 	}
 	return all
@@ -172,7 +172,7 @@ func exitCode(err error, c *command, stderr io.Writer) int {
 	case meshclient.IsStatus(err, 401):
 		fmt.Fprintf(stderr, "meshd: %s: the mesh refused the API key: check MESH_API_KEY (or api_key in the config file; meshd whoami tests it)\n", msg)
 		return meshd.ExitPermanent
-	case meshclient.IsPermanent(err):
+	case meshd.IsPermanent(err):
 		fmt.Fprintf(stderr, "meshd: %s\n", msg)
 		return meshd.ExitPermanent
 	default:

@@ -166,8 +166,21 @@ func (m *localMesh) loadConfig() error {
 	if m.o.Getenv("MESH_PUSH_ENDPOINT") == "" {
 		m.overlay["MESH_PUSH_ENDPOINT"] = apigwlocal.ManagementEndpoint("http://"+addr, pushStage)
 	}
+	m.announceBaseURL("http://" + addr)
 	m.cfg, err = config.Load(m.getenv)
 	return err
+}
+
+// announceBaseURL makes base the A2A gateway's base (its Function URL is
+// served on the HTTP API's port) and the public API URL its cards link to,
+// unless MESH_A2A_URL or MESH_PUBLIC_API_URL is set.
+func (m *localMesh) announceBaseURL(base string) {
+	if m.o.Getenv("MESH_A2A_URL") == "" {
+		m.overlay["MESH_A2A_URL"] = base
+	}
+	if m.o.Getenv("MESH_PUBLIC_API_URL") == "" {
+		m.overlay["MESH_PUBLIC_API_URL"] = base
+	}
 }
 
 // pushStage is the StageName of the template's WebSocket API (PushStage).
@@ -217,7 +230,7 @@ func (m *localMesh) boot(ctx context.Context) error {
 		return err
 	}
 	creds := m.demo(ctx)
-	printQuickstart(m.o.Out, m.baseURL, m.secrets, creds, m.secretsPath)
+	printQuickstart(m.o.Out, m.baseURL, m.cfg.A2AURL, m.secrets, creds, m.secretsPath)
 	return nil
 }
 
@@ -339,9 +352,6 @@ func (m *localMesh) migrate(ctx context.Context) error {
 // serve is step 4: every route and schedule of template.yaml, served by the
 // handlers and jobs of the registry, until the mesh closes.
 func (m *localMesh) serve(ctx context.Context) error {
-	if err := m.buildRegistry(ctx); err != nil {
-		return err
-	}
 	addr := m.o.Getenv("MESH_HTTP_ADDR")
 	if addr == "" {
 		addr = DefaultHTTPAddr
@@ -351,6 +361,20 @@ func (m *localMesh) serve(ctx context.Context) error {
 		return fmt.Errorf("cannot listen on %s (%v); stop whatever uses it or set MESH_HTTP_ADDR=127.0.0.1:8081", addr, err)
 	}
 	m.baseURL = "http://" + ln.Addr().String()
+	// The listener comes before the handlers: with port 0 only now is the
+	// base URL the A2A cards announce known.
+	m.announceBaseURL(m.baseURL)
+	cfg, err := config.Load(m.getenv)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	m.cfg.A2AURL, m.cfg.PublicAPIURL = cfg.A2AURL, cfg.PublicAPIURL
+	m.env.Config.A2AURL, m.env.Config.PublicAPIURL = cfg.A2AURL, cfg.PublicAPIURL
+	if err := m.buildRegistry(ctx); err != nil {
+		ln.Close()
+		return err
+	}
 	stack := &apigwlocal.Stack{Template: m.tpl, Registry: m.reg, Log: m.log, Partial: m.o.Partial}
 	// The gateway ends connections at the age the mesh plans with (2 h, as
 	// on AWS, unless MESH_PUSH_MAX_CONN_AGE simulates a shorter limit).
@@ -371,6 +395,9 @@ func (m *localMesh) serve(ctx context.Context) error {
 		return err
 	}
 	m.say("      GET /v1/health → 200, %.1f s after start", time.Since(m.start).Seconds())
+	for _, f := range m.tpl.URLFunctions() {
+		m.say("      Function URL of %s (streaming): %s%s…", f.LogicalID, m.baseURL, f.URL.LocalPath)
+	}
 	m.say("      schedules (fired now, then at their rate): %s", strings.Join(schedules, ", "))
 	if missing := m.reg.Check(m.tpl); missing != nil {
 		m.say("      PARTIAL: %v", missing)

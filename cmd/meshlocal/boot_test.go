@@ -84,6 +84,8 @@ func TestRunBootsTheMeshRunsTheDemoAndRestartsIdempotently(t *testing.T) {
 		"[3/6] migrations…",
 		"[4/6] serving template.yaml routes on http://127.0.0.1:",
 		"GET /v1/health → 200",
+		"Function URL of A2aFunction (streaming): http://127.0.0.1:",
+		"card      http://127.0.0.1:",
 		"[5/6] demo agents: alice created, bob created; alice and bob are friends",
 		"bob's meshd    ← seq 1 from alice",
 		"bob's handler  → POST /v1/tasks/",
@@ -104,6 +106,9 @@ func TestRunBootsTheMeshRunsTheDemoAndRestartsIdempotently(t *testing.T) {
 	}
 	if strings.Contains(out, "FAILED") || strings.Contains(out, "PARTIAL") {
 		t.Errorf("terminal output reports a failure")
+	}
+	if strings.Contains(out, "127.0.0.1:0/") {
+		t.Error("the terminal shows a URL of port 0, not the port listened on")
 	}
 	if strings.Contains(out, dsn) {
 		t.Error("the terminal shows the DSN with its password")

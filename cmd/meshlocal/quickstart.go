@@ -12,7 +12,7 @@ import (
 // printQuickstart writes the credentials and a copy-paste quickstart to the
 // terminal. This is the only place credentials are written, and it writes
 // to the terminal only: never to the structured log.
-func printQuickstart(w io.Writer, base string, s localstack.Secrets, creds *demoCreds, secretsPath string) {
+func printQuickstart(w io.Writer, base, a2aBase string, s localstack.Secrets, creds *demoCreds, secretsPath string) {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	rule := strings.Repeat("─", 78)
@@ -29,6 +29,11 @@ func printQuickstart(w io.Writer, base string, s localstack.Secrets, creds *demo
 	line("  master keys, unless MESH_ADMIN_KEY, MESH_JWT_KEYS or MESH_INBOX_MASTER_KEY is set.")
 	line("  alice's and bob's API keys are kept in %s (mode 0600)", filepath.Join(filepath.Dir(secretsPath), demoKeysFile))
 	line("  and printed again at each start, so exported keys and MCP configs keep working.")
+	line("")
+	line("A2A 1.0 (for agents that publish their card: PUT /v1/agents/me/a2a-card)")
+	line("  endpoint  %s/a2a/agents/<agent_id>", a2aBase)
+	line("  card      %s/a2a/agents/<agent_id>/.well-known/agent-card.json", a2aBase)
+	line("  OAuth     %s/v1/oauth/token  (client_id = agent id, client_secret = its API key)", base)
 	line("")
 	line("Quickstart (copy-paste into another terminal):")
 	line("  export MESH_API_URL=%s", base)

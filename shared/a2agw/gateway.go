@@ -46,13 +46,41 @@ type Gateway struct {
 	// SendWait and StreamMax bound waits (defaults above).
 	SendWait  time.Duration
 	StreamMax time.Duration
-	Log       *slog.Logger
+	// MaxBodyBytes caps a request body (0: httpapi.MaxBodyBytes, which
+	// app.New raises to fit the configured message size).
+	MaxBodyBytes int
+	Log          *slog.Logger
 }
 
 // Handler serves /a2a/agents/{agent_id}/... : the public card at
-// /.well-known/agent-card.json, and the JSON-RPC and HTTP+JSON bindings.
+// /.well-known/agent-card.json, JSON-RPC at the base (with or without a
+// trailing slash) and HTTP+JSON under {base}/rest (a2a-go's paths:
+// /message:send, /tasks/{id}, ...). See front.go for what every call goes
+// through before a2a-go's transports see it.
 func (g *Gateway) Handler() http.Handler {
-	return http.NotFoundHandler()
+	g.Tasks.WithDefaults() // once, before the handler shares it
+	return http.HandlerFunc(g.serve)
+}
+
+func (g *Gateway) log() *slog.Logger {
+	if g.Log == nil {
+		return slog.Default()
+	}
+	return g.Log
+}
+
+func (g *Gateway) sendWait() time.Duration {
+	if g.SendWait <= 0 {
+		return DefaultSendWait
+	}
+	return g.SendWait
+}
+
+func (g *Gateway) streamMax() time.Duration {
+	if g.StreamMax <= 0 {
+		return DefaultStreamMax
+	}
+	return g.StreamMax
 }
 
 // Cards returns the card service of env (the card routes and the gateway

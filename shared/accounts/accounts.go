@@ -27,6 +27,7 @@ import (
 	"golang.org/x/crypto/argon2"
 
 	"github.com/agentmesh/agentmesh/shared/api"
+	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
@@ -41,7 +42,10 @@ type Service struct {
 	DB       *mysql.DB
 	Identity *identity.Service
 	Tasks    *tasks.Service
-	Clock    mesh.Clock
+	// Cards are the agents' A2A cards; nil: on DB with Clock and no
+	// BaseURL (card URLs empty).
+	Cards *cards.Service
+	Clock mesh.Clock
 	// SessionTTL is a session's lifetime (DefaultSessionTTL when zero).
 	SessionTTL time.Duration
 }

@@ -8,23 +8,29 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentmesh/agentmesh/shared/samtemplate"
 )
 
 // Gateway is the whole local API Gateway on one port: the template's HTTP
-// API routes, and each WebSocket API at /<stage> (ws://host/<stage>) with
+// API routes, each WebSocket API at /<stage> (ws://host/<stage>) with
 // its @connections management endpoint at http://host/<stage>/@connections,
-// mirroring AWS, where the stage is the path.
+// mirroring AWS, where the stage is the path, and each Function URL under
+// its function's LocalPath (on AWS it has a host of its own; the function
+// sees the whole path either way).
 type Gateway struct {
 	http *Server
 	ws   map[string]*webSocketAPI // by stage
+	urls *urlFunctions
 	inv  *Invocations
 }
 
-// NewGateway serves t with the handlers of reg (HTTP and WebSocket; jobs
-// are the Stack's business), under the WebSocket limits opts. A route
-// whose function has no handler answers 501, as in NewServer.
+// NewGateway serves t with the handlers of reg (HTTP, WebSocket and
+// Function URL; jobs are the Stack's business), under the WebSocket limits
+// opts. A route whose function has no handler answers 501, as in NewServer.
+// A Function URL path that shares paths with a route, a stage or another
+// Function URL is an error naming the functions.
 func NewGateway(t *samtemplate.Template, reg Registry, opts WebSocketOptions, log *slog.Logger) (*Gateway, error) {
 	return newGateway(t, reg, opts, log, NewInvocations())
 }
@@ -38,7 +44,13 @@ func newGateway(t *samtemplate.Template, reg Registry, opts WebSocketOptions, lo
 		return nil, err
 	}
 	srv.inv = inv
+	if err := t.CheckLocalPaths(); err != nil {
+		return nil, err
+	}
 	g := &Gateway{http: srv, ws: map[string]*webSocketAPI{}, inv: inv}
+	// The HTTP server's clock stamps the Function URL events too, so that
+	// tests pin one clock.
+	g.urls = newURLFunctions(t, reg.URL, inv, log, func() time.Time { return srv.Now() })
 	for _, api := range t.WebSocketAPIs {
 		for _, f := range t.Functions {
 			for _, r := range f.Routes {
@@ -61,6 +73,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.ServeHTTP(w, r)
 			return
 		}
+	}
+	if f := g.urls.match(r.URL.EscapedPath()); f != nil {
+		g.urls.serve(w, r, f)
+		return
 	}
 	g.http.ServeHTTP(w, r)
 }
@@ -101,8 +117,11 @@ func ManagementEndpoint(baseURL, stage string) string {
 }
 
 // Shutdown closes every WebSocket connection with 1001 (going away) and
-// waits, until ctx is done, for each one's $disconnect to return. The HTTP
-// server's own shutdown does not see these connections: they are hijacked.
+// ends every open Function URL invocation (its context is cancelled, so its
+// stream ends), and waits, until ctx is done, for each $disconnect and each
+// invocation to return. The HTTP server's own shutdown does not see the
+// WebSocket connections (they are hijacked), and would wait for streams
+// that end only when their function does.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	var (
 		wg   sync.WaitGroup
@@ -117,6 +136,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 				mu.Unlock()
 			}
 		})
+	}
+	if err := g.urls.shutdown(ctx); err != nil {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
 	}
 	wg.Wait()
 	return errors.Join(errs...)

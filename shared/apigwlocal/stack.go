@@ -19,8 +19,9 @@ import (
 
 // Registry is what the local stack runs for each function of the template:
 // the HTTP handler of every function with HttpApi events, the job of every
-// function with Schedule events and the handler of every function behind a
-// WebSocket API route, keyed by logical ID.
+// function with Schedule events, the handler of every function behind a
+// WebSocket API route and that of every function with a Function URL,
+// keyed by logical ID.
 type Registry struct {
 	HTTP      map[string]httpapi.LambdaHandler
 	Jobs      app.Jobs
@@ -36,11 +37,11 @@ type Registry struct {
 }
 
 // Check reports, naming every function concerned, where reg and the template
-// t disagree: a function with routes (HTTP or WebSocket) but no handler, a
-// function with schedules but no job, or a handler or job for a function
-// that has no such events. Replaced functions are not checked.
+// t disagree: a function with routes (HTTP or WebSocket) or a Function URL
+// but no handler, a function with schedules but no job, or a handler or job
+// for a function that has no such events. Replaced functions are not checked.
 func (reg Registry) Check(t *samtemplate.Template) error {
-	wantHTTP, wantJobs, wantWS := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	wantHTTP, wantJobs, wantWS, wantURL := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	wsRoutes := t.WebSocketFunctions()
 	var problems []string
 	for _, f := range t.Functions {
@@ -56,12 +57,15 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 		if len(wsRoutes[f.LogicalID]) > 0 {
 			wantWS[f.LogicalID] = true
 		}
-		if len(f.Routes) == 0 && len(f.Schedules) == 0 && len(wsRoutes[f.LogicalID]) == 0 {
-			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event nor a WebSocket route, so the local stack cannot run it", f.LogicalID))
+		if f.URL != nil {
+			wantURL[f.LogicalID] = true
+		}
+		if len(f.Routes) == 0 && len(f.Schedules) == 0 && len(wsRoutes[f.LogicalID]) == 0 && f.URL == nil {
+			problems = append(problems, fmt.Sprintf("%s has neither an HttpApi nor a Schedule event nor a WebSocket route nor a Function URL, so the local stack cannot run it", f.LogicalID))
 		}
 	}
 	// What is registered, true where it is not nil.
-	handlers, jobs, wsHandlers := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	handlers, jobs, wsHandlers, urlHandlers := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for id, h := range reg.HTTP {
 		handlers[id] = h != nil
 	}
@@ -71,9 +75,13 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 	for id, j := range reg.Jobs {
 		jobs[id] = j != nil
 	}
+	for id, h := range reg.URL {
+		urlHandlers[id] = h != nil
+	}
 	missingHTTP, extraHTTP := compareIDs(wantHTTP, handlers)
 	missingJobs, extraJobs := compareIDs(wantJobs, jobs)
 	missingWS, extraWS := compareIDs(wantWS, wsHandlers)
+	missingURL, extraURL := compareIDs(wantURL, urlHandlers)
 	add := func(ids []string, what string) {
 		if len(ids) > 0 {
 			sort.Strings(ids)
@@ -86,6 +94,8 @@ func (reg Registry) Check(t *samtemplate.Template) error {
 	add(extraJobs, "scheduled job registered for a function without Schedule events in template.yaml")
 	add(missingWS, "no WebSocket handler registered for")
 	add(extraWS, "WebSocket handler registered for a function no WebSocket route of template.yaml invokes")
+	add(missingURL, "no Function URL handler registered for")
+	add(extraURL, "Function URL handler registered for a function without FunctionUrlConfig in template.yaml")
 	if len(problems) > 0 {
 		return fmt.Errorf("the local registry does not match template.yaml: %s", strings.Join(problems, "; "))
 	}

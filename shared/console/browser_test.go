@@ -224,6 +224,34 @@ func TestTheConsoleInChromium(t *testing.T) {
 		shot(t, "05-friendships")
 	})
 
+	t.Run("the account publishes the agent's A2A card with the switch and withdraws it", func(t *testing.T) {
+		open(t, "open the agents", "/console/agents")
+		cardURL := base + "/a2a/agents/browser-bot/.well-known/agent-card.json"
+		contains(t, "the card URL on the agent's row", `tr[data-agent="browser-bot"] td.a2a`, cardURL)
+		// Described and switched on in one task: the page reloads once the
+		// card is saved, taking the marker with it.
+		act(t, "describe and publish", `var s = document.querySelector('input.a2a-publish[data-agent="browser-bot"]'),
+			d = document.querySelector('textarea.a2a-desc[data-agent="browser-bot"]'),
+			k = document.querySelector('textarea.a2a-skills[data-agent="browser-bot"]'); if (!s || !d || !k) return false;
+			window.__before = true; d.value = "Answers in the browser test.";
+			k.value = '[{"id":"echo","name":"Echo","description":"says it back","tags":["test"]}]';
+			s.click(); return true;`)
+		waitFor(t, "the card published", `(function(){var s=document.querySelector('input.a2a-publish[data-agent="browser-bot"]'); return window.__before !== true && s && s.checked && document.querySelector('tr[data-agent="browser-bot"] a.a2a-url') !== null;})()`)
+		shot(t, "03b-agents-a2a-card")
+		var published bool
+		var desc, skills string
+		if err := db.QueryRow("SELECT published, description, skills FROM a2a_cards WHERE agent_id = 'browser-bot'").Scan(&published, &desc, &skills); err != nil ||
+			!published || desc != "Answers in the browser test." || !strings.Contains(skills, `"id":"echo"`) {
+			t.Fatalf("stored card: %v %q %s %v", published, desc, skills, err)
+		}
+		act(t, "withdraw", `var s = document.querySelector('input.a2a-publish[data-agent="browser-bot"]'); if (!s || !s.checked) return false;
+			window.__before = true; s.click(); return true;`)
+		waitFor(t, "the card withdrawn", `(function(){var s=document.querySelector('input.a2a-publish[data-agent="browser-bot"]'); return window.__before !== true && s && !s.checked;})()`)
+		if err := db.QueryRow("SELECT published, description FROM a2a_cards WHERE agent_id = 'browser-bot'").Scan(&published, &desc); err != nil || published || desc != "Answers in the browser test." {
+			t.Fatalf("stored card after withdrawing: %v %q %v", published, desc, err)
+		}
+	})
+
 	t.Run("a message sent to the agent through the API appears in its task timeline", func(t *testing.T) {
 		text := "Hello browser-bot, this came through POST /v1/messages."
 		sent := api(t, base, "POST", "/v1/messages", visitorTok, map[string]any{"to": "browser-bot", "parts": []map[string]any{{"kind": "text", "text": text}}})

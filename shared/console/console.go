@@ -60,12 +60,23 @@ func New(s *accounts.Service, log *slog.Logger) *Console {
 		"parts": partsText,
 		"pct":   func(n, max int64) int64 { return n * 100 / maxInt(max, 1) },
 		"mode":  deliveryMode,
+		"json":  jsonText,
 	}
 	t := template.Must(template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html"))
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Console{Accounts: s, Log: log, pages: t}
+}
+
+// jsonText is v as compact JSON, for a form field to edit (html/template
+// escapes it for its context).
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // deliveryMode is the delivery mode (push, kafka, poll, mcp) a heartbeat's
@@ -149,7 +160,11 @@ func (c *Console) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) 
 		if err != nil {
 			return c.fail(err)
 		}
-		p.Data = list
+		cards, err := c.Accounts.CardsOf(ctx, acc, list)
+		if err != nil {
+			return c.fail(err)
+		}
+		p.Data = map[string]any{"Agents": list, "Cards": cards}
 		return c.render(http.StatusOK, "agents.html", p)
 	case rest == "requests":
 		p.Title, p.Nav = "Friend requests", "requests"

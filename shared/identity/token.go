@@ -92,20 +92,9 @@ func (s *Service) issueToken(ctx context.Context, keyID string, hash []byte, ok 
 	if s.Sealer == nil {
 		return TokenResponse{}, errors.New("identity: no inbox master key configured (MESH_INBOX_MASTER_KEY)")
 	}
-	var agentID string
-	var stored []byte
-	var revoked sql.NullTime
-	var epoch int
-	err := s.DB.QueryRowContext(ctx, `SELECT k.agent_id, k.secret_hash, k.revoked_at, a.key_epoch
-FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, keyID).Scan(&agentID, &stored, &revoked, &epoch)
-	if errors.Is(err, sql.ErrNoRows) {
-		return TokenResponse{}, errBadKey
-	}
+	agentID, epoch, err := s.liveKey(ctx, keyID, hash)
 	if err != nil {
 		return TokenResponse{}, err
-	}
-	if subtle.ConstantTimeCompare(stored, hash) != 1 || revoked.Valid {
-		return TokenResponse{}, errBadKey
 	}
 	if err := TakeRate(ctx, s.DB, agentID, s.Now()); err != nil {
 		return TokenResponse{}, err
@@ -122,6 +111,26 @@ FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, ke
 		Token: tok, TokenType: "Bearer", ExpiresIn: int(s.TokenTTL.Seconds()), AgentID: agentID,
 		RoutingID: s.Sealer.RoutingID(agentID), InboxKeys: keys, Kafka: s.Kafka, PushURL: s.PushURL,
 	}, nil
+}
+
+// liveKey returns the agent and key epoch of the live API key keyID whose
+// secret hashes to hash, or errBadKey (unknown, revoked or wrong secret:
+// one answer, the secret compared in constant time).
+func (s *Service) liveKey(ctx context.Context, keyID string, hash []byte) (agentID string, epoch int, err error) {
+	var stored []byte
+	var revoked sql.NullTime
+	err = s.DB.QueryRowContext(ctx, `SELECT k.agent_id, k.secret_hash, k.revoked_at, a.key_epoch
+FROM api_keys k JOIN agents a ON a.agent_id = k.agent_id WHERE k.key_id = ?`, keyID).Scan(&agentID, &stored, &revoked, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, errBadKey
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	if subtle.ConstantTimeCompare(stored, hash) != 1 || revoked.Valid {
+		return "", 0, errBadKey
+	}
+	return agentID, epoch, nil
 }
 
 // claims are the JWT claims: sub = agent id, akid = the API key it came from.

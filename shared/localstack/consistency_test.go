@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -120,6 +121,17 @@ func TestSampleEventsAreRealEventsOfTheirFunction(t *testing.T) {
 					t.Errorf("requestContext does not describe a route of %s in template.yaml (%v): %+v", f.LogicalID, wsRoutes[f.LogicalID], rc)
 				}
 			})
+		case f.URL != nil:
+			t.Run("events/"+f.Dir+".json is a Function URL event under "+f.URL.LocalPath, func(t *testing.T) {
+				var ev events.LambdaFunctionURLRequest
+				if err := decodeStrict(raw, &ev); err != nil {
+					t.Fatalf("not a LambdaFunctionURLRequest: %v", err)
+				}
+				rc := ev.RequestContext
+				if ev.Version != "2.0" || !strings.HasPrefix(ev.RawPath, f.URL.LocalPath) || rc.HTTP.Path != ev.RawPath || rc.HTTP.Method == "" || rc.RequestID == "" || rc.TimeEpoch == 0 || rc.DomainName == "" {
+					t.Errorf("not a Function URL request under %s: %+v", f.URL.LocalPath, ev)
+				}
+			})
 		case f.LogicalID == "PushRelayFunction":
 			t.Run("events/"+f.Dir+".json is a request the relay function takes", func(t *testing.T) {
 				var req pushaws.RelayRequest
@@ -214,6 +226,11 @@ func checkHTTPEvent(t *testing.T, f samtemplate.Function, router *apigwlocal.Rou
 		if _, err := base64.StdEncoding.DecodeString(ev.Body); err != nil {
 			t.Errorf("isBase64Encoded but the body is not base64: %v", err)
 		}
+	} else if strings.HasPrefix(ev.Headers["content-type"], "application/x-www-form-urlencoded") {
+		// The OAuth token endpoint takes a form (RFC 6749 §4.4.2).
+		if _, err := url.ParseQuery(ev.Body); err != nil {
+			t.Errorf("body is not a form: %v", err)
+		}
 	} else if ev.Body != "" && !json.Valid([]byte(ev.Body)) {
 		t.Errorf("body is not JSON: %s", ev.Body)
 	}
@@ -264,9 +281,16 @@ func TestRegistryServesExactlyTheTemplatesRoutesAndSchedules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Route and schedule sets on both sides, so a failure names the route.
-	var wantRoutes, gotRoutes, wantSchedules, gotSchedules []string
+	// Route, schedule and Function URL sets on both sides, so a failure
+	// names the route.
+	var wantRoutes, gotRoutes, wantSchedules, gotSchedules, wantURLs, gotURLs []string
 	for _, f := range tpl.Functions {
+		if f.URL != nil {
+			wantURLs = append(wantURLs, "Function URL "+f.URL.LocalPath+" → "+f.LogicalID)
+			if reg.URL[f.LogicalID] != nil {
+				gotURLs = append(gotURLs, "Function URL "+f.URL.LocalPath+" → "+f.LogicalID)
+			}
+		}
 		for _, r := range f.Routes {
 			wantRoutes = append(wantRoutes, r.Key()+" → "+f.LogicalID)
 			if reg.HTTP[f.LogicalID] != nil {
@@ -290,12 +314,20 @@ func TestRegistryServesExactlyTheTemplatesRoutesAndSchedules(t *testing.T) {
 			gotSchedules = append(gotSchedules, "(no schedule in template.yaml) → "+id)
 		}
 	}
+	for id := range reg.URL {
+		if f, ok := tpl.Function(id); !ok || f.URL == nil {
+			gotURLs = append(gotURLs, "(no FunctionUrlConfig in template.yaml) → "+id)
+		}
+	}
+	sort.Strings(gotURLs)
+	sort.Strings(wantURLs)
 	sort.Strings(gotRoutes)
 	sort.Strings(wantRoutes)
 	sort.Strings(gotSchedules)
 	sort.Strings(wantSchedules)
 	t.Run("the routes are the template's", func(t *testing.T) { diffSets(t, "route", gotRoutes, wantRoutes) })
 	t.Run("the schedules are the template's", func(t *testing.T) { diffSets(t, "schedule", gotSchedules, wantSchedules) })
+	t.Run("the Function URLs are the template's", func(t *testing.T) { diffSets(t, "Function URL", gotURLs, wantURLs) })
 	t.Run("Check agrees", func(t *testing.T) {
 		if err := reg.Check(tpl); err != nil {
 			t.Error(err)

@@ -59,11 +59,15 @@ var httpMethods = map[string]bool{"get": true, "put": true, "post": true, "delet
 // publicRoutes take no credentials (ARCHITECTURE.md §4).
 // Signing in and the console's pages (which send a signed-out visitor to
 // the sign-in page) take none either.
-var publicRoutes = map[string]bool{"POST /v1/auth/token": true, "GET /v1/health": true,
+var publicRoutes = map[string]bool{"POST /v1/auth/token": true, "POST /v1/oauth/token": true, "GET /v1/health": true,
 	"POST /v1/account/session": true, "GET /console": true, "GET /console/{proxy+}": true}
 
 // isConsole reports whether a path is the console's: HTML pages, not JSON.
 func isConsole(path string) bool { return path == "/console" || strings.HasPrefix(path, "/console/") }
+
+// isOAuth reports whether a path is the OAuth token endpoint's, whose
+// errors are RFC 6749's JSON (§5.2), not problem documents.
+func isOAuth(path string) bool { return path == "/v1/oauth/token" }
 
 func loadOpenAPI(t *testing.T, root string) (oaDoc, any) {
 	t.Helper()
@@ -212,6 +216,12 @@ func TestOpenAPIDescribesExactlyTheTemplatesRoutes(t *testing.T) {
 					if isConsole(path) {
 						if _, ok := resp.Content["text/html"]; !ok {
 							t.Errorf("response %s of a console page is not text/html", code)
+						}
+						continue
+					}
+					if isOAuth(path) {
+						if resp.Content["application/json"].Schema.Ref != "#/components/schemas/OAuthError" {
+							t.Errorf("response %s of the OAuth token endpoint is not an application/json OAuthError", code)
 						}
 						continue
 					}

@@ -80,10 +80,11 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 	}
 	acc := accounts.New(env.Identity, ts)
 	cs := a2agw.Cards(env)
+	acc.Cards = cs
 	addHTTP(cardshttp.Endpoints(cs))
 	// The A2A gateway streams, so it is a Function URL (RESPONSE_STREAM),
 	// not an HTTP API route: functions/a2a runs the same handler.
-	reg.URL["A2AFunction"] = lambdaurl.Wrap(a2agw.New(env, ts, cs).Handler())
+	reg.URL["A2aFunction"] = lambdaurl.Wrap(a2agw.New(env, ts, cs).Handler())
 	addHTTP(env.Endpoints())
 	addHTTP(identityhttp.Endpoints(env.Identity))
 	addHTTP(taskshttp.Endpoints(ts))
@@ -94,6 +95,12 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 		dup = append(dup, "ConsoleFunction")
 	}
 	reg.HTTP["ConsoleFunction"] = tracing.HTTP(console.New(acc, env.Log).Handler())
+	// The OAuth token endpoint answers RFC 6749's JSON and reads a form:
+	// functions/oauth-token wraps the same handler.
+	if _, ok := reg.HTTP[identityhttp.OAuthTokenFunction]; ok {
+		dup = append(dup, identityhttp.OAuthTokenFunction)
+	}
+	reg.HTTP[identityhttp.OAuthTokenFunction] = tracing.HTTP(identityhttp.OAuthToken(env.Identity, env.Log))
 
 	addJob("PresenceScannerFunction", env.Identity.ScanPresence)
 	for id, job := range taskshttp.Jobs(ts) {

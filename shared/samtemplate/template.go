@@ -1,7 +1,9 @@
 // Package samtemplate is the model of template.yaml, the single source of
 // truth for the mesh's functions: it reads the SAM template with goformation
 // and returns each AWS::Serverless::Function with its HttpApi routes, its
-// EventBridge Schedule rates, its timeout and the custom resources it backs.
+// EventBridge Schedule rates, its Function URL (and the Metadata
+// MeshLocalPath it is served under locally), its timeout and the custom
+// resources it backs.
 // Event types it cannot model are errors, so a template change cannot
 // silently drop a function from the local mesh.
 package samtemplate
@@ -169,10 +171,18 @@ func Load(path string) (*Template, error) {
 				errs = append(errs, fmt.Errorf("%s event %s: event type %q is not emulated by the local stack (HttpApi and Schedule are)", id, name, ev.Type))
 			}
 		}
+		u, urlErrs := functionURL(fn)
+		for _, err := range urlErrs {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		}
+		f.URL = u
 		t.Functions = append(t.Functions, f)
 	}
 	sort.Slice(t.Functions, func(i, j int) bool { return t.Functions[i].LogicalID < t.Functions[j].LogicalID })
 	if err := t.checkUniqueRoutes(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := t.CheckLocalPaths(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -129,6 +129,18 @@ func Endpoints(s *accounts.Service) httpapi.Endpoints {
 			p, err := s.SetPolicy(ctx, sess.Account, r.Path("id"), in)
 			return httpapi.JSON(http.StatusOK, p), err
 		}),
+		"AccountPutA2aCardFunction": account(func(ctx context.Context, r *httpapi.Request, sess accounts.Session) (httpapi.Response, error) {
+			var in api.A2ACardRequest
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			c, err := s.PutCard(ctx, sess.Account, r.Path("id"), in)
+			return httpapi.JSON(http.StatusOK, c), err
+		}),
+		"AccountGetA2aCardFunction": account(func(ctx context.Context, r *httpapi.Request, sess accounts.Session) (httpapi.Response, error) {
+			c, err := s.GetCard(ctx, sess.Account, r.Path("id"))
+			return httpapi.JSON(http.StatusOK, c), err
+		}),
 		"AccountListTasksFunction": account(func(ctx context.Context, r *httpapi.Request, sess accounts.Session) (httpapi.Response, error) {
 			q := tasks.ListQuery{Status: r.Query("status"), Cursor: r.Query("cursor")}
 			var err error

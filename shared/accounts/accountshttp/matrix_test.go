@@ -59,6 +59,8 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 		"AccountRevokeKeyFunction":           {"id": "no-such-agent", "key_id": created.KeyID},
 		"AccountDrainAgentFunction":          {"id": "no-such-agent"},
 		"AccountSetPolicyFunction":           {"id": "no-such-agent"},
+		"AccountPutA2aCardFunction":          {"id": "no-such-agent"},
+		"AccountGetA2aCardFunction":          {"id": "no-such-agent"},
 		"AccountListTasksFunction":           {"id": "no-such-agent"},
 		"AccountGetTimelineFunction":         {"id": "owned-agent-7", "task_id": "no-such-task"},
 		"AccountDecideFriendRequestFunction": {"id": "999999999"},
@@ -72,6 +74,8 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 		{fn: "AccountRevokeKeyFunction", method: http.MethodDelete, path: map[string]string{"id": "owned-agent-7", "key_id": created.KeyID}},
 		{fn: "AccountDrainAgentFunction", method: http.MethodPost, path: agent},
 		{fn: "AccountSetPolicyFunction", method: http.MethodPut, path: agent, body: map[string]any{"friend_policy": "account"}},
+		{fn: "AccountPutA2aCardFunction", method: http.MethodPut, path: agent, body: map[string]any{"published": true, "description": "not yours"}},
+		{fn: "AccountGetA2aCardFunction", method: http.MethodGet, path: agent},
 		{fn: "AccountListTasksFunction", method: http.MethodGet, path: agent},
 		{fn: "AccountGetTimelineFunction", method: http.MethodGet, path: map[string]string{"id": "owned-agent-7", "task_id": taskID}},
 		{fn: "AccountDecideFriendRequestFunction", method: http.MethodPost, path: map[string]string{"id": fr.RequestID}, body: map[string]string{"decision": "accept"}},
@@ -147,6 +151,10 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 		var status string
 		if err := f.s.DB.QueryRowContext(ctx, "SELECT status FROM friend_requests WHERE request_id = ?", fr.RequestID).Scan(&status); err != nil || status != "pending" {
 			t.Fatalf("request %s %v", status, err)
+		}
+		var cards int
+		if err := f.s.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM a2a_cards WHERE agent_id = 'owned-agent-7'").Scan(&cards); err != nil || cards != 0 {
+			t.Fatalf("a2a card rows %d %v", cards, err)
 		}
 	})
 	t.Run("the owner itself may do each of it", func(t *testing.T) {

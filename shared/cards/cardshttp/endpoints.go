@@ -3,6 +3,10 @@
 package cardshttp
 
 import (
+	"context"
+	"net/http"
+
+	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 )
@@ -11,5 +15,18 @@ import (
 // their functions in template.yaml. (The account's routes live with the
 // other account routes, in accountshttp.)
 func Endpoints(s *cards.Service) httpapi.Endpoints {
-	return httpapi.Endpoints{}
+	return httpapi.Endpoints{
+		"PutA2aCardFunction": {Auth: httpapi.AuthAgent, Handle: func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			var in api.A2ACardRequest
+			if err := r.Decode(&in); err != nil {
+				return httpapi.Response{}, err
+			}
+			c, err := s.Put(ctx, r.Caller.AgentID, in)
+			return httpapi.JSON(http.StatusOK, c), err
+		}},
+		"GetA2aCardFunction": {Auth: httpapi.AuthAgent, Handle: func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			c, err := s.Get(ctx, r.Caller.AgentID)
+			return httpapi.JSON(http.StatusOK, c), err
+		}},
+	}
 }

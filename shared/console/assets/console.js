@@ -101,6 +101,23 @@
   }
   on("select.policy", "change", function (e) { policy(e.target.dataset.agent); });
   on("input.same-auto", "change", function (e) { policy(e.target.dataset.agent); });
+  // The A2A card: the switch publishes or withdraws it with the words
+  // shown; Save sends the edited words (skills as JSON) with the switch.
+  function card(agent) {
+    var sel = '[data-agent="' + agent + '"]';
+    var skills = [];
+    var text = document.querySelector("textarea.a2a-skills" + sel).value.trim();
+    if (text) {
+      try { skills = JSON.parse(text); } catch (err) { flash("The skills are not valid JSON: " + err.message, true); return; }
+    }
+    act(api("PUT", "/v1/account/agents/" + enc(agent) + "/a2a-card", {
+      published: document.querySelector("input.a2a-publish" + sel).checked,
+      description: document.querySelector("textarea.a2a-desc" + sel).value,
+      skills: skills
+    }));
+  }
+  on("input.a2a-publish", "change", function (e) { card(e.target.dataset.agent); });
+  on("button.a2a-save", "click", function (e) { card(e.target.dataset.agent); });
   on("button.decide", "click", function (e) {
     var d = e.target.dataset;
     act(api("POST", "/v1/account/friend-requests/" + enc(d.request), { decision: d.decision }));
@@ -128,7 +145,8 @@
     setInterval(function () {
       var a = document.activeElement;
       var typing = a && (a.tagName === "INPUT" || a.tagName === "SELECT" || a.tagName === "TEXTAREA");
-      if (!busy && !typing && !document.hidden) location.reload();
+      var editing = document.querySelector("details.a2a-edit[open]") !== null;
+      if (!busy && !typing && !editing && !document.hidden) location.reload();
     }, 5000);
   }
 })();

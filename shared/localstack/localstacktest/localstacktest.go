@@ -60,6 +60,11 @@ type Stack struct {
 	// its @connections management endpoint (http://host/push), both on
 	// the API's port.
 	PushURL, PushEndpoint string
+	// A2AURL is the base of the A2A gateway's Function URL, served on the
+	// API's port too (http://host; an agent's endpoint is
+	// {A2AURL}/a2a/agents/{agent_id}). The handlers see it as MESH_A2A_URL,
+	// and URL as MESH_PUBLIC_API_URL (unless Options.Env sets them).
+	A2AURL string
 	// Gateway serves the API; it counts invocations (Invocations) and
 	// live WebSocket connections.
 	Gateway *apigwlocal.Gateway
@@ -101,6 +106,8 @@ func Start(t testing.TB, o Options) *Stack {
 	if o.Push {
 		vars["MESH_PUSH_URL"], vars["MESH_PUSH_ENDPOINT"] = st.PushURL, st.PushEndpoint
 	}
+	st.A2AURL = st.URL
+	vars["MESH_A2A_URL"], vars["MESH_PUBLIC_API_URL"] = st.A2AURL, st.URL
 	if o.Kafka {
 		partitions := o.Partitions
 		if partitions == 0 {

@@ -1,0 +1,19 @@
+// Command account-get-a2a-card is the GET /v1/account/agents/{id}/a2a-card function: the A2A card settings of one of the account's agents.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/a2agw"
+	"github.com/agentmesh/agentmesh/shared/accounts"
+	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
+)
+
+func main() {
+	env := app.MustLoad()
+	acc := accounts.New(env.Identity, taskshttp.New(env))
+	acc.Cards = a2agw.Cards(env)
+	lambda.Start(env.HTTP(accountshttp.Endpoints(acc).Must("AccountGetA2aCardFunction")))
+}

@@ -1,0 +1,15 @@
+// Command put-a2a-card is the PUT /v1/agents/me/a2a-card function: publishes, edits or withdraws the calling agent's A2A card.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/agentmesh/agentmesh/shared/a2agw"
+	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards/cardshttp"
+)
+
+func main() {
+	env := app.MustLoad()
+	lambda.Start(env.HTTP(cardshttp.Endpoints(a2agw.Cards(env)).Must("PutA2aCardFunction")))
+}

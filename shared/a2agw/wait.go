@@ -1,0 +1,148 @@
+package a2agw
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/tasks"
+)
+
+// Following a task. What the target does to a task (replies, status moves,
+// artifacts) reaches the caller as events of the caller's own inbox (gapless
+// seq, one indexed range read per poll), so a waiting SendMessage or an open
+// stream long-polls that inbox from the seq it held before the send or the
+// snapshot, keeps the events of its task and skips the rest. Reading
+// consumes nothing: meshd's progress is its own.
+//
+// Cost per waiting call: the inbox long poll's, the one GET /v1/inbox uses
+// (outbox.Inbox.Wait): one read, then a pause that doubles from 100 ms to
+// 1 s while nothing arrives, so at most about 1 query/s once settled (plus
+// one OldestSeq read per Wait answer, and one task read per empty
+// followSlice, to notice a move the caller itself made elsewhere, such as a
+// cancel, which goes to the target's inbox, not the caller's). A busy inbox
+// answers each poll at once; those reads fetch new events, at most one read
+// per batch of them.
+//
+// Slots: a waiting A2A call does not take one of the agent's long-poll
+// slots (outbox.Inbox.MaxPolls, which exist so one meshd cannot pin many
+// functions): taking them would starve the agent's own meshd. A2A waits are
+// bounded instead by SendWait / StreamMax per call, by the rate unit every
+// call spends, and by the function's concurrency.
+
+// followSlice is the longest single long poll of a follow.
+const followSlice = outbox.MaxInboxWait
+
+// followBatch is how many inbox events one poll reads.
+const followBatch = 100
+
+// inbox is the caller-side inbox reader: the tasks service's, without the
+// lease statements (its DB is read-only here), so no slot is taken.
+func (g *Gateway) inbox() outbox.Inbox {
+	in := g.Tasks.Inbox
+	in.DB = readOnly{g.Tasks.DB}
+	in.Leases = nil
+	return in
+}
+
+// readOnly hides ExecContext, which outbox.Inbox uses to take slots.
+type readOnly struct{ outbox.Querier }
+
+// follow reads the caller's inbox after seq until the task is terminal or
+// input-required, or deadline passes, or ctx ends; emit (when not nil) gets
+// each update of the task in commit order, and stops the follow by
+// returning false. It returns the last state seen ("" if none).
+func (h *meshHandler) follow(ctx context.Context, taskID string, after int64, deadline time.Time, emit func(a2a.Event) bool) (string, error) {
+	in := h.g.inbox()
+	state := ""
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return state, nil
+		}
+		page, err := in.Wait(ctx, h.caller, after, followBatch, min(left, followSlice))
+		if err != nil {
+			if ctx.Err() != nil {
+				return state, nil
+			}
+			return state, h.toA2A(ctx, err)
+		}
+		if len(page.Events) == 0 {
+			// A quiet slice: check for a move the caller's inbox does not
+			// carry (the caller's own, made elsewhere).
+			d, err := h.g.Tasks.PairTask(ctx, h.caller, h.target, taskID, 0)
+			if err != nil {
+				if ctx.Err() != nil {
+					return state, nil
+				}
+				return state, h.toA2A(ctx, err)
+			}
+			if stops(d.Status) {
+				if emit != nil {
+					emit(&a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(taskID), ContextID: d.ContextID,
+						Status: a2a.TaskStatus{State: toA2AState[d.Status], Timestamp: &d.UpdatedAt}})
+				}
+				return d.Status, nil
+			}
+			continue
+		}
+		for _, e := range page.Events {
+			after = e.Seq
+			if e.TaskID != taskID {
+				continue
+			}
+			ev, st := h.update(e)
+			if ev == nil {
+				continue
+			}
+			state = st
+			if emit != nil && !emit(ev) {
+				return state, nil
+			}
+			if stops(state) {
+				return state, nil
+			}
+		}
+	}
+}
+
+// update maps one inbox event of the task to its A2A update, with the
+// task's state after it. The target's replies travel inside a status
+// update (its message), never as a bare Message.
+func (h *meshHandler) update(e mesh.Envelope) (a2a.Event, string) {
+	at := e.OccurredAt
+	switch e.Type {
+	case mesh.EventMessage:
+		var b tasks.MessageBody
+		if json.Unmarshal(e.Body, &b) != nil {
+			return nil, ""
+		}
+		return &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(b.Task.TaskID), ContextID: b.Task.ContextID,
+			Status: a2a.TaskStatus{State: toA2AState[b.Task.Status], Message: eventMessage(b.Task, &b.Message), Timestamp: &at}}, b.Task.Status
+	case mesh.EventStatus:
+		var b tasks.StatusBody
+		if json.Unmarshal(e.Body, &b) != nil {
+			return nil, ""
+		}
+		return &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(b.Task.TaskID), ContextID: b.Task.ContextID,
+			Status: a2a.TaskStatus{State: toA2AState[b.Status.State], Message: eventMessage(b.Task, b.Status.Message), Timestamp: &at}}, b.Status.State
+	case mesh.EventArtifact:
+		var b tasks.ArtifactBody
+		if json.Unmarshal(e.Body, &b) != nil {
+			return nil, ""
+		}
+		var parts []mesh.Part
+		if json.Unmarshal(b.Artifact.Parts, &parts) != nil {
+			parts = nil
+		}
+		return &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(b.Task.TaskID), ContextID: b.Task.ContextID,
+			Artifact: &a2a.Artifact{ID: a2a.ArtifactID(b.Artifact.ArtifactID), Name: b.Artifact.Name, Parts: a2aParts(parts)}}, b.Task.Status
+	}
+	// An undeliverable placeholder: its content cannot be served; a later
+	// read of the task shows where it stands.
+	return nil, ""
+}

@@ -1,0 +1,221 @@
+package tasks
+
+// The reads and the one write the A2A gateway (shared/a2agw) needs beyond
+// the mesh routes. An A2A task is seen from one pair: the calling agent is
+// its initiator and the agent whose endpoint it calls its recipient; to any
+// other view the task does not exist. None of these reads spends a rate
+// token: the gateway spends one per A2A call at its front, whatever the
+// method.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/agentmesh/agentmesh/shared/identity"
+	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/outbox"
+)
+
+const (
+	getPairTaskSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at
+FROM tasks WHERE task_id = ? AND initiator = ? AND recipient = ?`
+	// listPairSQL walks tasks_initiator (initiator, updated_at) backwards
+	// from the cursor and keeps the rows with the recipient: its cost is
+	// bounded by the initiator's own tasks.
+	listPairSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks
+WHERE initiator = ? AND recipient = ? AND updated_at <= ? AND (updated_at < ? OR task_id < ?) AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+ORDER BY updated_at DESC, task_id DESC LIMIT ?`
+	countPairSQL = `SELECT COUNT(*) FROM tasks WHERE initiator = ? AND recipient = ? AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)`
+	inboxHeadSQL = `SELECT last_seq FROM inbox_counters WHERE recipient = ?`
+)
+
+// MaxPairHistory bounds the messages PairTask returns (A2A historyLength).
+const MaxPairHistory = 100
+
+// PairTask returns task taskID if initiator started it with recipient, with
+// its newest messages (at most history, capped at MaxPairHistory, and
+// DetailMessageBytes of JSON) and newest artifacts (as GetTask). Any other
+// task, or one that does not exist, is task_not_found.
+func (s *Service) PairTask(ctx context.Context, initiator, recipient, taskID string, history int) (*TaskDetail, error) {
+	s.WithDefaults()
+	if !idPattern.MatchString(taskID) {
+		return nil, errTaskNotFound
+	}
+	history = max(0, min(history, MaxPairHistory))
+	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	rows, err := tx.QueryContext(ctx, getPairTaskSQL, taskID, initiator, recipient)
+	if err != nil {
+		return nil, err
+	}
+	list, err := scanTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, errTaskNotFound
+	}
+	t := &TaskDetail{Task: list[0], Messages: []Message{}, Artifacts: []Artifact{}}
+	var firstID int64
+	if history > 0 {
+		msgs, err := readContent(ctx, tx, s.scanMessage, recentMessagesSQL, taskID, history)
+		if err != nil {
+			return nil, err
+		}
+		t.Messages, firstID = recentSlice(msgs, history, DetailMessageBytes)
+		if t.EarlierMessages, err = countBefore(ctx, tx, countMessagesBeforeSQL, taskID, firstID); err != nil {
+			return nil, err
+		}
+	}
+	arts, err := readContent(ctx, tx, s.scanArtifact, recentArtifactsSQL, taskID, DetailArtifacts)
+	if err != nil {
+		return nil, err
+	}
+	t.Artifacts, firstID = recentSlice(arts, DetailArtifacts, DetailArtifactBytes)
+	if t.EarlierArtifacts, err = countBefore(ctx, tx, countArtifactsBeforeSQL, taskID, firstID); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// PairPage is one page of ListPair.
+type PairPage struct {
+	Tasks      []Task
+	NextCursor string // "" on the last page
+	Total      int    // tasks matching the filters, over every page
+}
+
+// ListPair pages through the tasks initiator started with recipient, newest
+// activity first, with the cursor of ListTasks. q.Role is ignored.
+func (s *Service) ListPair(ctx context.Context, initiator, recipient string, q ListQuery) (PairPage, error) {
+	s.WithDefaults()
+	if q.Status != "" && !validState(q.Status) {
+		return PairPage{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "status must be one of %s", strings.Join(States, ", "))
+	}
+	if err := checkID("context_id", q.ContextID); err != nil {
+		return PairPage{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "context_id is not a valid id")
+	}
+	if q.Limit == 0 {
+		q.Limit = DefaultListLimit
+	}
+	if q.Limit < 1 || q.Limit > MaxListLimit {
+		return PairPage{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "limit must be from 1 to %d", MaxListLimit)
+	}
+	at, after := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), "\U0010FFFF"
+	if q.Cursor != "" {
+		var err error
+		if at, after, err = decodeCursor(q.Cursor); err != nil {
+			return PairPage{}, err
+		}
+	}
+	rows, err := s.DB.QueryContext(ctx, listPairSQL, initiator, recipient, at, at, after, q.Status, q.Status, q.ContextID, q.ContextID, q.Limit+1)
+	if err != nil {
+		return PairPage{}, err
+	}
+	list, err := scanTasks(rows)
+	if err != nil {
+		return PairPage{}, err
+	}
+	page := PairPage{Tasks: list}
+	if len(list) > q.Limit {
+		page.Tasks = list[:q.Limit]
+		last := page.Tasks[q.Limit-1]
+		page.NextCursor = encodeCursor(last.UpdatedAt, last.TaskID)
+	}
+	err = s.DB.QueryRowContext(ctx, countPairSQL, initiator, recipient, q.Status, q.Status, q.ContextID, q.ContextID).Scan(&page.Total)
+	return page, err
+}
+
+// InboxHead is the seq of agentID's newest inbox event (0 when it has
+// none): a follower that reads after it sees only what comes next.
+func (s *Service) InboxHead(ctx context.Context, agentID string) (int64, error) {
+	s.WithDefaults()
+	var seq int64
+	err := s.DB.QueryRowContext(ctx, inboxHeadSQL, agentID).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, mesh.ErrUnauthorized // the agent is gone
+	}
+	return seq, err
+}
+
+// SendA2A is Send for an A2A SendMessage from caller to req.To, in one
+// transaction. A new task is Send's. A message in req.TaskID needs a task
+// caller started with req.To (any other is task_not_found); when that task
+// is input-required, the message is the initiator's answer and moves it
+// back to working (a "status" event carrying the message, as UpdateStatus
+// with a note), otherwise it is one more message of the task (Send's
+// "message" event). The request hash is Send's: a retry with the same
+// message_id answers the first result whichever way it went.
+func (s *Service) SendA2A(ctx context.Context, caller string, req SendRequest) (SendResult, error) {
+	s.WithDefaults()
+	if req.TaskID == "" {
+		return s.Send(ctx, caller, req)
+	}
+	switch {
+	case !mesh.ValidAgentID(req.To) || req.To == caller:
+		return SendResult{}, errTaskNotFound
+	case !idPattern.MatchString(req.TaskID):
+		return SendResult{}, errTaskNotFound
+	}
+	for _, f := range [][2]string{{"message_id", req.MessageID}, {"context_id", req.ContextID}} {
+		if err := checkID(f[0], f[1]); err != nil {
+			return SendResult{}, err
+		}
+	}
+	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	if err != nil {
+		return SendResult{}, err
+	}
+	h := hashed{Op: "send", To: req.To, TaskID: req.TaskID, ContextID: req.ContextID, Parts: parts}
+	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
+		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
+		if err != nil {
+			return SendResult{}, err
+		}
+		if !ok {
+			return SendResult{}, errTaskNotFound
+		}
+		t, err := lockTask(ctx, tx, req.TaskID, caller)
+		if err != nil {
+			return SendResult{}, err
+		}
+		switch {
+		case t.Initiator != caller || t.Recipient != req.To:
+			return SendResult{}, errTaskNotFound
+		case req.ContextID != "" && req.ContextID != t.ContextID:
+			return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "context_mismatch", "task %s belongs to context %s", t.TaskID, t.ContextID)
+		case mesh.TerminalTaskState(t.Status):
+			return SendResult{}, errTaskTerminal
+		}
+		if t.Status != mesh.TaskInputRequired {
+			t.UpdatedAt = w.now
+			if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
+				return SendResult{}, err
+			}
+			return s.appendMessage(ctx, tx, w, t, parts)
+		}
+		change := StatusChange{State: mesh.TaskWorking, Previous: t.Status, By: caller,
+			Message: &EventMessage{MessageID: w.messageID, From: caller, Parts: parts, CreatedAt: w.now}}
+		t.Status, t.UpdatedAt = mesh.TaskWorking, w.now
+		if _, err := tx.ExecContext(ctx, moveTaskSQL, t.Status, w.now, t.TaskID); err != nil {
+			return SendResult{}, err
+		}
+		if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, caller, string(parts), w.now); err != nil {
+			return SendResult{}, err
+		}
+		ev, err := w.event(mesh.EventStatus, t.Recipient, t, StatusBody{Status: change, Task: ref(t)})
+		if err != nil {
+			return SendResult{}, err
+		}
+		if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
+			return SendResult{}, err
+		}
+		return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
+	})
+}
