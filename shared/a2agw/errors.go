@@ -63,6 +63,11 @@ func errorInfo(kind error) *errordetails.Typed {
 
 // writeRPC answers e as a JSON-RPC 2.0 error response with id (nil: null).
 func writeRPC(w http.ResponseWriter, id any, e edgeError) {
+	writeJSON(w, e, rpcBody(id, e))
+}
+
+// rpcBody is the JSON-RPC 2.0 error response of e with id.
+func rpcBody(id any, e edgeError) any {
 	type rpcError struct {
 		Code    int                   `json:"code"`
 		Message string                `json:"message"`
@@ -73,11 +78,35 @@ func writeRPC(w http.ResponseWriter, id any, e edgeError) {
 		ID      any      `json:"id"`
 		Error   rpcError `json:"error"`
 	}{"2.0", id, rpcError{Code: rpcCodes[e.kind], Message: e.msg, Data: []*errordetails.Typed{errorInfo(e.kind)}}}
-	writeJSON(w, e, body)
+	return body
 }
 
+// writeRPCEvent answers e as a JSON-RPC error in an SSE stream of one
+// event, the form a streaming method's errors take with HTTP 200.
+func writeRPCEvent(w http.ResponseWriter, id any, e edgeError) {
+	b, _ := json.Marshal(rpcBody(id, e)) // plain strings and numbers: cannot fail
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("data: " + string(b) + "\n\n"))
+}
+
+// restWords are the google.rpc.Status words of the front's errors whose
+// word is not the one of their HTTP status, as a2a-go's REST binding
+// answers them.
+var restWords = map[error]string{a2a.ErrVersionNotSupported: "FAILED_PRECONDITION"}
+
 // writeREST answers e in the HTTP+JSON binding's error form (AIP-193).
+// Errors that JSON-RPC carries with HTTP 200 are a 400 here.
 func writeREST(w http.ResponseWriter, e edgeError) {
+	if e.status < 400 {
+		e.status = http.StatusBadRequest
+	}
+	word := grpcStatus[e.status]
+	if wd, ok := restWords[e.kind]; ok {
+		word = wd
+	}
 	type status struct {
 		Code    int                   `json:"code"`
 		Status  string                `json:"status"`
@@ -86,7 +115,7 @@ func writeREST(w http.ResponseWriter, e edgeError) {
 	}
 	body := struct {
 		Error status `json:"error"`
-	}{status{Code: e.status, Status: grpcStatus[e.status], Message: e.msg, Details: []*errordetails.Typed{errorInfo(e.kind)}}}
+	}{status{Code: e.status, Status: word, Message: e.msg, Details: []*errordetails.Typed{errorInfo(e.kind)}}}
 	writeJSON(w, e, body)
 }
 

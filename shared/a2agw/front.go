@@ -4,17 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"iter"
 	"mime"
 	"net"
 	"net/http"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/identity"
@@ -25,20 +30,29 @@ import (
 // The front: every method call goes through, in this order,
 //
 //  1. authentication (Authorization: Bearer <mesh agent token>, failures
-//     throttled per source address) and one unit of the caller's rate
-//     budget: 401 with WWW-Authenticate, or 429 with Retry-After;
+//     throttled per source address): 401 with WWW-Authenticate;
 //  2. the body's shape, before any decoder: a JSON content type (415), the
 //     size cap (413), one JSON value, not a batch, within the depth cap and
 //     without repeated keys, a known JSON-RPC method;
 //  3. the A2A-Version header: absent, 1.0 or 1.0.<patch>;
-//  4. the gate: the caller is not the target, the target's card is
+//  4. the caller's rate budget, one unit per call as on the HTTP API: a
+//     read spends it here; a write (SendMessage, SendStreamingMessage,
+//     CancelTask) spends it inside its own transaction, as the mesh
+//     routes' writes do, so here it is only checked (spent in a
+//     transaction that is rolled back). Every caller meets the check,
+//     refused ones too, so an exhausted budget answers every caller the
+//     same 429 with Retry-After;
+//  5. the gate: the caller is not the target, the target's card is
 //     published and the two may talk (friends or group mates, no block).
 //     A refused caller gets the deny handler, whose every method answers
 //     TaskNotFound through the same a2a-go transport, so a stranger, an
 //     unpublished agent and a nonexistent one look like a missing task.
 //
-// Answers of steps 1-3 are written here in the binding's own error form;
-// none of them writes anything but the rate unit.
+// Answers of steps 1-4 are written here in the binding's own error form;
+// none of them writes anything but a read's rate unit. An error a stream
+// meets before its first event is answered like the same error of a
+// non-streaming call (see primed), and a panic anywhere ends as a 500 in
+// the binding's form, never as the process's end (see recoverPanic).
 
 const (
 	pathPrefix = "/a2a/agents/"
@@ -57,7 +71,9 @@ var rpcMethods = map[string]bool{
 	"DeleteTaskPushNotificationConfig": true, "GetExtendedAgentCard": true,
 }
 
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) serve(hw http.ResponseWriter, r *http.Request) {
+	w := &responseWriter{ResponseWriter: hw, rest: true}
+	defer g.recoverPanic(w, r)
 	rest, ok := strings.CutPrefix(r.URL.Path, pathPrefix)
 	target, sub, _ := strings.Cut(rest, "/")
 	if !ok || target == "" {
@@ -79,12 +95,20 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 
 // serveMethod runs one method call of either binding (restPath is the path
 // below {base}/rest).
-func (g *Gateway) serveMethod(w http.ResponseWriter, r *http.Request, target string, rest bool, restPath string) {
+func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string, rest bool, restPath string) {
 	ctx := r.Context()
+	w.rest = rest
+	streaming := rest && r.Method == http.MethodPost && isRESTStream(restPath)
 	fail := func(id any, e edgeError) {
-		if rest {
+		switch {
+		case rest:
 			writeREST(w, e)
-		} else {
+		case streaming && e.status == http.StatusOK:
+			// a2a-go's JSON-RPC client reads a streaming answer with HTTP
+			// 200 as SSE only (a bare JSON body would be an empty stream
+			// to it); a2a-sdk reads both.
+			writeRPCEvent(w, id, e)
+		default:
 			writeRPC(w, id, e)
 		}
 	}
@@ -104,11 +128,16 @@ func (g *Gateway) serveMethod(w http.ResponseWriter, r *http.Request, target str
 		return
 	}
 	var id any
+	write := rest && r.Method == http.MethodPost && isRESTWrite(restPath)
 	if !rest {
-		if id, e, ok = checkRPC(body); !ok {
+		var method string
+		if id, method, e, ok = checkRPC(body); !ok {
 			fail(id, e)
 			return
 		}
+		w.id = id
+		streaming = rpcStreams[method]
+		write = rpcWrites[method]
 	} else if len(bytes.TrimSpace(body)) > 0 {
 		if e, ok = checkJSON(body); !ok {
 			fail(nil, e)
@@ -118,6 +147,10 @@ func (g *Gateway) serveMethod(w http.ResponseWriter, r *http.Request, target str
 	if v := r.Header.Get(a2a.SvcParamVersion); v != "" && !versionPattern.MatchString(v) {
 		fail(id, edgeError{status: http.StatusOK, kind: a2a.ErrVersionNotSupported,
 			msg: "A2A-Version " + quoteShort(v) + " is not supported; this agent speaks 1.0"})
+		return
+	}
+	if err := g.rate(ctx, caller, write); err != nil {
+		fail(id, fromMesh(ctx, g.log(), err))
 		return
 	}
 	admitted, err := g.admits(ctx, caller, target)
@@ -130,23 +163,60 @@ func (g *Gateway) serveMethod(w http.ResponseWriter, r *http.Request, target str
 	if admitted {
 		h = mh
 	}
-	rw := &responseWriter{ResponseWriter: w, retryAfter: &mh.retryAfter}
+	w.retryAfter = &mh.retryAfter
 	r2 := r.Clone(ctx)
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
+	panics := a2asrv.WithTransportPanicHandler(func(v any) error {
+		g.logPanic(r, v)
+		return a2a.NewError(a2a.ErrInternalError, "internal error")
+	})
 	if rest {
 		r2.URL.Path, r2.URL.RawPath = restPath, ""
 		if r2.URL.Path == "" {
 			r2.URL.Path = "/"
 		}
-		a2asrv.NewRESTHandler(h).ServeHTTP(rw, r2)
+		a2asrv.NewRESTHandler(primed{RequestHandler: h, w: w, r: r2}, panics).ServeHTTP(w, r2)
 		return
 	}
-	a2asrv.NewJSONRPCHandler(h).ServeHTTP(rw, r2)
+	a2asrv.NewJSONRPCHandler(h, panics).ServeHTTP(w, r2)
 }
 
-// authenticate checks the bearer token and spends one unit of the caller's
-// rate budget.
+// The methods by their effect: a write spends its rate unit in its own
+// transaction; a stream answers with SSE.
+var (
+	rpcWrites  = map[string]bool{"SendMessage": true, "SendStreamingMessage": true, "CancelTask": true}
+	rpcStreams = map[string]bool{"SendStreamingMessage": true, "SubscribeToTask": true}
+)
+
+// isRESTWrite reports whether the POST to restPath is a write (a2a-go's
+// routes: /message:send, /message:stream, /tasks/{id}:cancel).
+func isRESTWrite(restPath string) bool {
+	return restPath == "/message:send" || restPath == "/message:stream" ||
+		(strings.HasPrefix(restPath, "/tasks/") && strings.HasSuffix(restPath, ":cancel"))
+}
+
+// isRESTStream reports whether the POST to restPath answers with SSE.
+func isRESTStream(restPath string) bool {
+	return restPath == "/message:stream" || (strings.HasPrefix(restPath, "/tasks/") && strings.HasSuffix(restPath, ":subscribe"))
+}
+
+// rate spends the call's one unit of caller's budget, or, for a write
+// (which spends it in its own transaction), checks that one is there
+// without spending it.
+func (g *Gateway) rate(ctx context.Context, caller string, write bool) error {
+	if !write {
+		return identity.TakeRate(ctx, g.Tasks.DB, caller, g.Tasks.Clock())
+	}
+	tx, err := g.Tasks.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // the check spends nothing
+	return identity.TakeRate(ctx, tx, caller, g.Tasks.Clock())
+}
+
+// authenticate checks the bearer token.
 func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (string, edgeError, bool) {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	token = strings.TrimSpace(token)
@@ -155,9 +225,6 @@ func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (string, ed
 	}
 	c, err := g.Identity.AuthenticateAgentFrom(ctx, token, sourceAddr(r))
 	if err != nil {
-		return "", fromMesh(ctx, g.log(), err), false
-	}
-	if err := identity.TakeRate(ctx, g.Tasks.DB, c.AgentID, g.Tasks.Clock()); err != nil {
 		return "", fromMesh(ctx, g.log(), err), false
 	}
 	return c.AgentID, edgeError{}, true
@@ -222,16 +289,16 @@ func checkJSON(body []byte) (edgeError, bool) {
 }
 
 // checkRPC checks a JSON-RPC body and returns its id (nil when it has none
-// or it cannot be read). Protocol errors travel with HTTP 200, as a2a-go's
-// own do.
-func checkRPC(body []byte) (any, edgeError, bool) {
+// or it cannot be read) and method. Protocol errors travel with HTTP 200, as
+// a2a-go's own do.
+func checkRPC(body []byte) (any, string, edgeError, bool) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) > 0 && trimmed[0] == '[' && json.Valid(trimmed) {
-		return nil, edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "batch requests are not supported"}, false
+		return nil, "", edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "batch requests are not supported"}, false
 	}
 	if e, ok := checkJSON(body); !ok {
 		e.status = http.StatusOK
-		return nil, e, false
+		return nil, "", e, false
 	}
 	var env struct {
 		JSONRPC string          `json:"jsonrpc"`
@@ -239,7 +306,7 @@ func checkRPC(body []byte) (any, edgeError, bool) {
 		ID      json.RawMessage `json:"id"`
 	}
 	if err := json.Unmarshal(body, &env); err != nil {
-		return nil, edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "a JSON-RPC request is an object with jsonrpc, method and id"}, false
+		return nil, "", edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "a JSON-RPC request is an object with jsonrpc, method and id"}, false
 	}
 	var id any
 	if len(env.ID) > 0 {
@@ -249,18 +316,18 @@ func checkRPC(body []byte) (any, edgeError, bool) {
 		switch id.(type) {
 		case string, float64, nil:
 		default:
-			return nil, edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "id must be a string, a number or null"}, false
+			return nil, "", edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "id must be a string, a number or null"}, false
 		}
 	}
 	switch {
 	case env.JSONRPC != "2.0":
-		return id, edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: `jsonrpc must be "2.0"`}, false
+		return id, "", edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: `jsonrpc must be "2.0"`}, false
 	case env.Method == "":
-		return id, edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "method is required"}, false
+		return id, "", edgeError{status: http.StatusOK, kind: a2a.ErrInvalidRequest, msg: "method is required"}, false
 	case !rpcMethods[env.Method]:
-		return id, edgeError{status: http.StatusOK, kind: a2a.ErrMethodNotFound, msg: "method " + quoteShort(env.Method) + " is not an A2A 1.0 method"}, false
+		return id, "", edgeError{status: http.StatusOK, kind: a2a.ErrMethodNotFound, msg: "method " + quoteShort(env.Method) + " is not an A2A 1.0 method"}, false
 	}
-	return id, edgeError{}, true
+	return id, env.Method, edgeError{}, true
 }
 
 // admits reports whether caller may use target's endpoint: not itself, the
@@ -278,28 +345,49 @@ func (g *Gateway) admits(ctx context.Context, caller, target string) (bool, erro
 }
 
 // responseWriter gives a2a-go's SSE writer the http.Flusher it requires
-// (lambdaurl's writer has none: its io.Pipe sends each write at once), and
+// (lambdaurl's writer has none: its io.Pipe sends each write at once),
 // turns the status of an answer whose method met a rate limit into 429
-// with Retry-After.
+// with Retry-After, and remembers what a panic's answer needs: whether
+// anything was written, the binding and the JSON-RPC id.
 type responseWriter struct {
 	http.ResponseWriter
-	retryAfter *atomic.Int64
+	retryAfter *atomic.Int64 // nil until a method runs
 	wrote      bool
+	// closed: the answer is complete (a stream's early error, see primed);
+	// what a2a-go's stream writer still writes is dropped.
+	closed bool
+	rest   bool
+	id     any
 }
 
+// Header implements http.ResponseWriter.
+func (w *responseWriter) Header() http.Header {
+	if w.closed {
+		return http.Header{}
+	}
+	return w.ResponseWriter.Header()
+}
+
+// WriteHeader implements http.ResponseWriter.
 func (w *responseWriter) WriteHeader(code int) {
 	if w.wrote {
 		return
 	}
 	w.wrote = true
-	if s := w.retryAfter.Load(); s > 0 && (code == http.StatusOK || code >= 500) {
-		w.Header().Set("Retry-After", itoa(int(s)))
-		code = http.StatusTooManyRequests
+	if w.retryAfter != nil {
+		if s := w.retryAfter.Load(); s > 0 && (code == http.StatusOK || code >= 500) {
+			w.Header().Set("Retry-After", itoa(int(s)))
+			code = http.StatusTooManyRequests
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write implements http.ResponseWriter.
 func (w *responseWriter) Write(b []byte) (int, error) {
+	if w.closed {
+		return len(b), nil
+	}
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -308,9 +396,123 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 
 // Flush flushes the underlying writer when it can.
 func (w *responseWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+	if f, ok := w.ResponseWriter.(http.Flusher); !w.closed && ok {
 		f.Flush()
 	}
+}
+
+// recoverPanic ends a call whose handling panicked: logged with the
+// request id, answered 500 in the binding's form when nothing was written
+// yet. Under lambdaurl the handler runs on lambdaurl's goroutine, where an
+// unrecovered panic ends the whole process and every call it serves.
+func (g *Gateway) recoverPanic(w *responseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v != http.ErrAbortHandler { //nolint:errorlint // net/http's own sentinel, compared as net/http does
+		g.logPanic(r, v)
+	}
+	if w.wrote || w.closed {
+		return
+	}
+	e := edgeError{status: http.StatusInternalServerError, kind: a2a.ErrInternalError, msg: "internal error"}
+	if w.rest {
+		writeREST(w, e)
+	} else {
+		writeRPC(w, w.id, e)
+	}
+}
+
+// logPanic logs a recovered panic with its stack and the call's request
+// id (the Lambda request's; "" outside Lambda).
+func (g *Gateway) logPanic(r *http.Request, v any) {
+	id := ""
+	if ev, ok := lambdaurl.RequestFromContext(r.Context()); ok {
+		id = ev.RequestContext.RequestID
+	}
+	g.log().ErrorContext(r.Context(), "a2a gateway: panic", "request_id", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+}
+
+// primed is the handler the HTTP+JSON binding sees: a stream's first item
+// is pulled before a2a-go writes the SSE headers, so an error known before
+// the stream starts (a refused caller, a missing or terminal task, bad
+// params, a rate limit) is answered with the status and body a
+// non-streaming route gives it. a2a-sdk's REST client sees stream errors
+// only as a non-2xx status (or an "event: error" frame, which a2a-go does
+// not write): a 200 stream carrying an error is an empty stream to it.
+// a2a-go calls the REST streaming methods on the request's goroutine
+// before it starts the stream, which is what makes this possible; its
+// JSON-RPC binding calls them after, and both JSON-RPC clients read an
+// error event there.
+type primed struct {
+	a2asrv.RequestHandler
+	w *responseWriter
+	r *http.Request
+}
+
+// SendStreamingMessage implements a2asrv.RequestHandler.
+func (p primed) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
+	return p.prime(p.RequestHandler.SendStreamingMessage(ctx, req))
+}
+
+// SubscribeToTask implements a2asrv.RequestHandler.
+func (p primed) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
+	return p.prime(p.RequestHandler.SubscribeToTask(ctx, req))
+}
+
+func (p primed) prime(seq iter.Seq2[a2a.Event, error]) iter.Seq2[a2a.Event, error] {
+	next, stop := iter.Pull2(seq)
+	first, err, ok := next()
+	if !ok || err != nil {
+		stop()
+		if err != nil {
+			// a2a-go's own REST error answer, as its non-streaming routes
+			// write it: the same status, body and ErrorInfo.
+			r, _ := http.NewRequestWithContext(p.r.Context(), http.MethodGet, "/tasks", nil) // a constant URL: cannot fail
+			a2asrv.NewRESTHandler(failing{err: err}).ServeHTTP(p.w, r)
+			p.w.closed = true
+		}
+		return func(func(a2a.Event, error) bool) {}
+	}
+	return func(yield func(a2a.Event, error) bool) {
+		defer stop()
+		if !yield(first, nil) {
+			return
+		}
+		for {
+			ev, err, ok := next()
+			if !ok || !yield(ev, err) {
+				return
+			}
+		}
+	}
+}
+
+// ListTasks implements a2asrv.RequestHandler. a2a-go v2.3.1's HTTP+JSON
+// binding drops the statusTimestampAfter query parameter (it parses into a
+// **time.Time, a type its parser does not know), so it is read here.
+func (p primed) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
+	if v := p.r.URL.Query().Get("statusTimestampAfter"); v != "" && req.StatusTimestampAfter == nil {
+		at, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, a2a.NewError(a2a.ErrInvalidParams, "statusTimestampAfter is not an RFC 3339 time")
+		}
+		req.StatusTimestampAfter = &at
+	}
+	return p.RequestHandler.ListTasks(ctx, req)
+}
+
+// failing answers ListTasks with its error (primed's way to have a2a-go
+// write it).
+type failing struct {
+	denyHandler
+	err error
+}
+
+// ListTasks implements a2asrv.RequestHandler.
+func (f failing) ListTasks(context.Context, *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
+	return nil, f.err
 }
 
 // errUnauthenticated is the answer to a call without a bearer token.

@@ -67,7 +67,8 @@ func (h *meshHandler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2
 }
 
 // ListTasks implements a2asrv.RequestHandler: the caller's tasks with the
-// target, newest activity first, without history or artifacts.
+// target, newest activity first, without history or artifacts, those
+// changed after statusTimestampAfter when it is given.
 func (h *meshHandler) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
 	if req.PageSize < 0 {
 		return nil, a2a.NewError(a2a.ErrInvalidParams, "pageSize must not be negative")
@@ -85,7 +86,11 @@ func (h *meshHandler) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) 
 		}
 		q.Status = s
 	}
-	page, err := h.g.Tasks.ListPair(ctx, h.caller, h.target, q)
+	var since time.Time
+	if req.StatusTimestampAfter != nil {
+		since = *req.StatusTimestampAfter
+	}
+	page, err := h.g.Tasks.ListPair(ctx, h.caller, h.target, q, since)
 	if err != nil {
 		return nil, h.toA2A(ctx, err)
 	}

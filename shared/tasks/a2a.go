@@ -4,8 +4,8 @@ package tasks
 // the mesh routes. An A2A task is seen from one pair: the calling agent is
 // its initiator and the agent whose endpoint it calls its recipient; to any
 // other view the task does not exist. None of these reads spends a rate
-// token: the gateway spends one per A2A call at its front, whatever the
-// method.
+// token: the gateway spends a read call's one unit at its front, and
+// SendA2A, a write, spends its unit in its own transaction, as Send does.
 
 import (
 	"context"
@@ -27,8 +27,10 @@ FROM tasks WHERE task_id = ? AND initiator = ? AND recipient = ?`
 	// bounded by the initiator's own tasks.
 	listPairSQL = `SELECT task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at FROM tasks
 WHERE initiator = ? AND recipient = ? AND updated_at <= ? AND (updated_at < ? OR task_id < ?) AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+AND updated_at > ?
 ORDER BY updated_at DESC, task_id DESC LIMIT ?`
-	countPairSQL = `SELECT COUNT(*) FROM tasks WHERE initiator = ? AND recipient = ? AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)`
+	countPairSQL = `SELECT COUNT(*) FROM tasks WHERE initiator = ? AND recipient = ? AND (? = '' OR status = ?) AND (? = '' OR context_id = ?)
+AND updated_at > ?`
 	inboxHeadSQL = `SELECT last_seq FROM inbox_counters WHERE recipient = ?`
 )
 
@@ -92,8 +94,10 @@ type PairPage struct {
 }
 
 // ListPair pages through the tasks initiator started with recipient, newest
-// activity first, with the cursor of ListTasks. q.Role is ignored.
-func (s *Service) ListPair(ctx context.Context, initiator, recipient string, q ListQuery) (PairPage, error) {
+// activity first, with the cursor of ListTasks; updatedAfter, when not
+// zero, keeps the tasks whose last change (status, message or artifact)
+// is after it (A2A's statusTimestampAfter). q.Role is ignored.
+func (s *Service) ListPair(ctx context.Context, initiator, recipient string, q ListQuery, updatedAfter time.Time) (PairPage, error) {
 	s.WithDefaults()
 	if q.Status != "" && !validState(q.Status) {
 		return PairPage{}, mesh.Errorf(mesh.KindInvalid, "invalid_query", "status must be one of %s", strings.Join(States, ", "))
@@ -114,7 +118,11 @@ func (s *Service) ListPair(ctx context.Context, initiator, recipient string, q L
 			return PairPage{}, err
 		}
 	}
-	rows, err := s.DB.QueryContext(ctx, listPairSQL, initiator, recipient, at, at, after, q.Status, q.Status, q.ContextID, q.ContextID, q.Limit+1)
+	since := time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC) // DATETIME's floor: every task is after it
+	if !updatedAfter.IsZero() {
+		since = updatedAfter.UTC()
+	}
+	rows, err := s.DB.QueryContext(ctx, listPairSQL, initiator, recipient, at, at, after, q.Status, q.Status, q.ContextID, q.ContextID, since, q.Limit+1)
 	if err != nil {
 		return PairPage{}, err
 	}
@@ -128,7 +136,7 @@ func (s *Service) ListPair(ctx context.Context, initiator, recipient string, q L
 		last := page.Tasks[q.Limit-1]
 		page.NextCursor = encodeCursor(last.UpdatedAt, last.TaskID)
 	}
-	err = s.DB.QueryRowContext(ctx, countPairSQL, initiator, recipient, q.Status, q.Status, q.ContextID, q.ContextID).Scan(&page.Total)
+	err = s.DB.QueryRowContext(ctx, countPairSQL, initiator, recipient, q.Status, q.Status, q.ContextID, q.ContextID, since).Scan(&page.Total)
 	return page, err
 }
 
