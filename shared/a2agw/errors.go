@@ -81,17 +81,6 @@ func rpcBody(id any, e edgeError) any {
 	return body
 }
 
-// writeRPCEvent answers e as a JSON-RPC error in an SSE stream of one
-// event, the form a streaming method's errors take with HTTP 200.
-func writeRPCEvent(w http.ResponseWriter, id any, e edgeError) {
-	b, _ := json.Marshal(rpcBody(id, e)) // plain strings and numbers: cannot fail
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write([]byte("data: " + string(b) + "\n\n"))
-}
-
 // restWords are the google.rpc.Status words of the front's errors whose
 // word is not the one of their HTTP status, as a2a-go's REST binding
 // answers them.
@@ -143,15 +132,23 @@ func fromMesh(ctx context.Context, log *slog.Logger, err error) edgeError {
 	case mesh.KindUnauthorized:
 		return edgeError{status: http.StatusUnauthorized, kind: a2a.ErrUnauthenticated, msg: "a valid mesh agent token is required (Authorization: Bearer <token>)"}
 	case mesh.KindRateLimited:
-		return edgeError{status: http.StatusTooManyRequests, kind: a2a.ErrServerError, msg: "rate limited: " + me.Message, retryAfter: max(me.RetryAfter, 1)}
+		return rateLimited(me)
 	}
 	log.ErrorContext(ctx, "a2a gateway: internal error", "err", err)
 	return edgeError{status: http.StatusInternalServerError, kind: a2a.ErrInternalError, msg: "internal error"}
 }
 
+// rateLimited is the one answer to a spent rate budget, met at the front
+// or inside a write's own transaction: 429 with Retry-After, the JSON-RPC
+// server error -32000 or RESOURCE_EXHAUSTED over HTTP+JSON.
+func rateLimited(me *mesh.Error) edgeError {
+	return edgeError{status: http.StatusTooManyRequests, kind: a2a.ErrServerError, msg: "rate limited: " + me.Message, retryAfter: max(me.RetryAfter, 1)}
+}
+
 // toA2A maps a mesh error of a method to the A2A error its transport
-// answers: the one place mesh codes become A2A codes. Rate limits are noted
-// in rl so the response carries HTTP 429 and Retry-After.
+// answers: the one place mesh codes become A2A codes. A rate limit is
+// noted in h.limited, and the response writer answers it as the front
+// does (rateLimited), whatever a2a-go makes of the error returned here.
 func (h *meshHandler) toA2A(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -176,8 +173,9 @@ func (h *meshHandler) toA2A(ctx context.Context, err error) error {
 		}
 		return a2a.NewError(a2a.ErrInvalidParams, me.Code+": "+me.Message)
 	case mesh.KindRateLimited:
-		h.retryAfter.Store(int64(max(me.RetryAfter, 1)))
-		return a2a.NewError(a2a.ErrServerError, "rate limited: "+me.Message)
+		e := rateLimited(me)
+		h.limited.Store(&e)
+		return a2a.NewError(a2a.ErrServerError, e.msg)
 	case mesh.KindUnauthorized:
 		return a2a.NewError(a2a.ErrUnauthenticated, "the caller's credentials are no longer valid")
 	case mesh.KindUnavailable:

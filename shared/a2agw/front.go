@@ -51,8 +51,11 @@ import (
 // Answers of steps 1-4 are written here in the binding's own error form;
 // none of them writes anything but a read's rate unit. An error a stream
 // meets before its first event is answered like the same error of a
-// non-streaming call (see primed), and a panic anywhere ends as a 500 in
-// the binding's form, never as the process's end (see recoverPanic).
+// non-streaming call (HTTP+JSON: see primed; JSON-RPC: see
+// responseWriter.hold), request fields under their proto names are
+// renamed to their JSON names (see names.go), and a panic anywhere ends
+// as a 500 in the binding's form, never as the process's end (see
+// recoverPanic).
 
 const (
 	pathPrefix = "/a2a/agents/"
@@ -100,17 +103,13 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 	w.rest = rest
 	streaming := rest && r.Method == http.MethodPost && isRESTStream(restPath)
 	fail := func(id any, e edgeError) {
-		switch {
-		case rest:
+		if rest {
 			writeREST(w, e)
-		case streaming && e.status == http.StatusOK:
-			// a2a-go's JSON-RPC client reads a streaming answer with HTTP
-			// 200 as SSE only (a bare JSON body would be an empty stream
-			// to it); a2a-sdk reads both.
-			writeRPCEvent(w, id, e)
-		default:
-			writeRPC(w, id, e)
+			return
 		}
+		// A stream's early error too is a plain JSON-RPC error response
+		// (see holdStream).
+		writeRPC(w, id, e)
 	}
 	if !rest && r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -138,10 +137,22 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 		w.id = id
 		streaming = rpcStreams[method]
 		write = rpcWrites[method]
+		var msg string
+		if body, msg = renameRPC(body, method); msg != "" {
+			fail(id, edgeError{status: http.StatusOK, kind: a2a.ErrInvalidParams, msg: msg})
+			return
+		}
 	} else if len(bytes.TrimSpace(body)) > 0 {
 		if e, ok = checkJSON(body); !ok {
 			fail(nil, e)
 			return
+		}
+		var msg string
+		if r.Method == http.MethodPost {
+			if body, msg = renameREST(body, restPath); msg != "" {
+				fail(nil, edgeError{status: http.StatusBadRequest, kind: a2a.ErrInvalidParams, msg: msg})
+				return
+			}
 		}
 	}
 	if v := r.Header.Get(a2a.SvcParamVersion); v != "" && !versionPattern.MatchString(v) {
@@ -153,6 +164,9 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 		fail(id, fromMesh(ctx, g.log(), err))
 		return
 	}
+	if write && g.afterRateCheck != nil {
+		g.afterRateCheck(caller)
+	}
 	admitted, err := g.admits(ctx, caller, target)
 	if err != nil {
 		fail(id, fromMesh(ctx, g.log(), err))
@@ -163,7 +177,7 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 	if admitted {
 		h = mh
 	}
-	w.retryAfter = &mh.retryAfter
+	w.limited = &mh.limited
 	r2 := r.Clone(ctx)
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
@@ -179,7 +193,11 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 		a2asrv.NewRESTHandler(primed{RequestHandler: h, w: w, r: r2}, panics).ServeHTTP(w, r2)
 		return
 	}
+	// a2a-go's JSON-RPC binding writes a stream's SSE headers before it
+	// calls the method: the writer holds them until the first event.
+	w.hold = streaming
 	a2asrv.NewJSONRPCHandler(h, panics).ServeHTTP(w, r2)
+	w.release()
 }
 
 // The methods by their effect: a write spends its rate unit in its own
@@ -346,19 +364,35 @@ func (g *Gateway) admits(ctx context.Context, caller, target string) (bool, erro
 
 // responseWriter gives a2a-go's SSE writer the http.Flusher it requires
 // (lambdaurl's writer has none: its io.Pipe sends each write at once),
-// turns the status of an answer whose method met a rate limit into 429
-// with Retry-After, and remembers what a panic's answer needs: whether
-// anything was written, the binding and the JSON-RPC id.
+// answers a method that met the caller's rate limit with the front's 429
+// (see WriteHeader), holds a JSON-RPC stream's start until its first event
+// (see hold), and remembers what a panic's answer needs: whether anything
+// was written, the binding and the JSON-RPC id.
 type responseWriter struct {
 	http.ResponseWriter
-	retryAfter *atomic.Int64 // nil until a method runs
-	wrote      bool
-	// closed: the answer is complete (a stream's early error, see primed);
-	// what a2a-go's stream writer still writes is dropped.
+	limited *atomic.Pointer[edgeError] // nil until a method runs
+	wrote   bool
+	// closed: the answer is complete (a stream's early error, a rate
+	// limit); what a2a-go still writes is dropped.
 	closed bool
 	rest   bool
 	id     any
+	// hold: a JSON-RPC stream whose status (heldCode) and bytes (held)
+	// wait for its first event to be complete. The TCK's JSON-RPC client
+	// sees an error only in a response that is not text/event-stream
+	// (its SSE reader skips error events), so an error that is the
+	// stream's first event is answered as the plain JSON-RPC error
+	// response of a non-streaming call (a2a-go's own body: code, message,
+	// ErrorInfo). a2a-sdk reads both forms; a2a-go v2.3.1's JSON-RPC
+	// client reads a plain JSON answer to a stream as an empty stream.
+	hold     bool
+	heldCode int
+	held     []byte
 }
+
+// maxHeld bounds what a held stream keeps before it is released anyway
+// (a first event larger than this streams as it is).
+const maxHeld = 8 << 20
 
 // Header implements http.ResponseWriter.
 func (w *responseWriter) Header() http.Header {
@@ -368,16 +402,31 @@ func (w *responseWriter) Header() http.Header {
 	return w.ResponseWriter.Header()
 }
 
-// WriteHeader implements http.ResponseWriter.
+// WriteHeader implements http.ResponseWriter. The error answer of a method
+// that met the caller's rate limit (HTTP 200 in JSON-RPC, 4xx/5xx in
+// HTTP+JSON, whatever a2a-go made of the error) is replaced by the front's
+// own answer to a spent budget: one form of a 429 whichever path met it.
 func (w *responseWriter) WriteHeader(code int) {
 	if w.wrote {
 		return
 	}
+	if w.hold {
+		w.heldCode = code
+		return
+	}
 	w.wrote = true
-	if w.retryAfter != nil {
-		if s := w.retryAfter.Load(); s > 0 && (code == http.StatusOK || code >= 500) {
-			w.Header().Set("Retry-After", itoa(int(s)))
-			code = http.StatusTooManyRequests
+	if w.limited != nil && (code == http.StatusOK || code >= 400) {
+		if e := w.limited.Load(); e != nil {
+			h := w.ResponseWriter.Header()
+			h.Del("Connection")
+			h.Del("X-Accel-Buffering")
+			if w.rest {
+				writeREST(w.ResponseWriter, *e)
+			} else {
+				writeRPC(w.ResponseWriter, w.id, *e)
+			}
+			w.closed = true
+			return
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -388,17 +437,82 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	if w.closed {
 		return len(b), nil
 	}
+	if w.hold {
+		w.held = append(w.held, b...)
+		if bytes.Contains(w.held, []byte("\n\n")) || len(w.held) > maxHeld {
+			w.release()
+		}
+		return len(b), nil
+	}
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
+		if w.closed {
+			return len(b), nil
+		}
 	}
 	return w.ResponseWriter.Write(b)
 }
 
 // Flush flushes the underlying writer when it can.
 func (w *responseWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); !w.closed && ok {
+	if f, ok := w.ResponseWriter.(http.Flusher); !w.closed && !w.hold && ok {
 		f.Flush()
 	}
+}
+
+// release ends a hold: a first event that is a JSON-RPC error becomes the
+// whole answer, as application/json; anything else goes out as it was
+// written, and the stream flows from here.
+func (w *responseWriter) release() {
+	if !w.hold {
+		return
+	}
+	w.hold = false
+	held, code := w.held, w.heldCode
+	w.held = nil
+	if code == 0 {
+		if len(held) == 0 {
+			return // nothing was written
+		}
+		code = http.StatusOK
+	}
+	if body, ok := firstEventError(held); ok {
+		h := w.Header()
+		h.Del("Connection")
+		h.Del("X-Accel-Buffering")
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(code)
+		_, _ = w.Write(append(body, '\n'))
+		w.closed = true
+		return
+	}
+	w.WriteHeader(code)
+	if len(held) > 0 {
+		_, _ = w.Write(held)
+	}
+	w.Flush()
+}
+
+// firstEventError returns the data of the first SSE event in b when it is
+// a JSON-RPC error response.
+func firstEventError(b []byte) ([]byte, bool) {
+	frame, _, _ := bytes.Cut(b, []byte("\n\n"))
+	for _, line := range bytes.Split(frame, []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		data = bytes.TrimSpace(data)
+		var resp struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(data, &resp) == nil && len(resp.Error) > 0 && string(resp.Error) != "null" {
+			return data, true
+		}
+		return nil, false
+	}
+	return nil, false
 }
 
 // recoverPanic ends a call whose handling panicked: logged with the
@@ -413,6 +527,7 @@ func (g *Gateway) recoverPanic(w *responseWriter, r *http.Request) {
 	if v != http.ErrAbortHandler { //nolint:errorlint // net/http's own sentinel, compared as net/http does
 		g.logPanic(r, v)
 	}
+	w.hold = false
 	if w.wrote || w.closed {
 		return
 	}
@@ -443,8 +558,8 @@ func (g *Gateway) logPanic(r *http.Request, v any) {
 // not write): a 200 stream carrying an error is an empty stream to it.
 // a2a-go calls the REST streaming methods on the request's goroutine
 // before it starts the stream, which is what makes this possible; its
-// JSON-RPC binding calls them after, and both JSON-RPC clients read an
-// error event there.
+// JSON-RPC binding calls them after it has written the SSE headers, which
+// the response writer holds instead (responseWriter.hold).
 type primed struct {
 	a2asrv.RequestHandler
 	w *responseWriter

@@ -9,6 +9,19 @@
 // group mates of the target, everything else indistinguishable from "not
 // found". The wire protocol is a2a-go's (a2asrv); this package plugs in the
 // request handling and guards the edges (auth, limits, versions).
+//
+// Answers. SendMessage answers the Task, except one case: a blocking call
+// (neither returnImmediately nor streaming) whose wait ends with the task
+// completed, no artifact, the completing move carrying no note, and the
+// agent's latest message a reply that is the task's latest message (so
+// after the caller's) answers that reply as a Message (ROLE_AGENT, with
+// the taskId and contextId, its messageId the reply's mesh message_id).
+// Streams never carry a bare Message: the Task, then status and artifact
+// updates (replies inside status updates), until the first update after
+// the Task that carries a terminal or input-required state. An error
+// known before a stream's first event is answered as the binding's
+// non-streaming error (JSON-RPC: a plain error response; HTTP+JSON: its
+// status and body).
 package a2agw
 
 import (
@@ -50,6 +63,10 @@ type Gateway struct {
 	// app.New raises to fit the configured message size).
 	MaxBodyBytes int
 	Log          *slog.Logger
+
+	// afterRateCheck, when set (tests), runs between a write's rate check
+	// at the front and the write, which spends the unit.
+	afterRateCheck func(caller string)
 }
 
 // Handler serves /a2a/agents/{agent_id}/... : the public card at

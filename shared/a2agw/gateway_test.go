@@ -397,6 +397,13 @@ func (f *fixture) stream(t *testing.T, target, method string, params any) <-chan
 	req, _ := http.NewRequest(http.MethodPost, f.base(target), strings.NewReader(`{"jsonrpc":"2.0","id":"s","method":"`+method+`","params":`+string(p)+`}`))
 	req.Header.Set("Authorization", "Bearer "+f.tokens["alice"])
 	req.Header.Set("Content-Type", "application/json")
+	return sseData(t, req)
+}
+
+// sseData sends req and returns a channel of the data payloads of its SSE
+// answer (closed when it ends).
+func sseData(t *testing.T, req *http.Request) <-chan []byte {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -504,7 +511,7 @@ func TestStreams(t *testing.T) {
 			t.Errorf("events %v, want %v", got, want)
 		}
 		t.Run("and subscribing to the completed task is UnsupportedOperation", func(t *testing.T) {
-			ev := <-f.stream(t, "bob", "SubscribeToTask", map[string]any{"id": id})
+			_, ev := f.rpc(t, "alice", "bob", "SubscribeToTask", map[string]any{"id": id})
 			if r := decodeRPC(t, ev); r.Error == nil || r.Error.Code != -32004 {
 				t.Errorf("%s", ev)
 			}

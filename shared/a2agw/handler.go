@@ -29,9 +29,9 @@ const (
 type meshHandler struct {
 	g              *Gateway
 	caller, target string
-	// retryAfter is set when a method met the caller's rate limit: the
-	// front's writer answers 429 with it.
-	retryAfter atomic.Int64
+	// limited is set when a method met the caller's rate limit: the
+	// front's writer answers it (rateLimited).
+	limited atomic.Pointer[edgeError]
 }
 
 var _ a2asrv.RequestHandler = (*meshHandler)(nil)
@@ -67,11 +67,20 @@ func (h *meshHandler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2
 }
 
 // ListTasks implements a2asrv.RequestHandler: the caller's tasks with the
-// target, newest activity first, without history or artifacts, those
-// changed after statusTimestampAfter when it is given.
+// target, newest activity first, those changed after statusTimestampAfter
+// when it is given; each with its newest historyLength messages (none when
+// it is unset or 0) and its artifacts when includeArtifacts, which cost
+// one task read per listed task.
 func (h *meshHandler) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
 	if req.PageSize < 0 {
 		return nil, a2a.NewError(a2a.ErrInvalidParams, "pageSize must not be negative")
+	}
+	hist := 0
+	if req.HistoryLength != nil {
+		var err error
+		if hist, err = history(req.HistoryLength); err != nil {
+			return nil, err
+		}
 	}
 	size := req.PageSize
 	if size == 0 {
@@ -96,7 +105,17 @@ func (h *meshHandler) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) 
 	}
 	out := &a2a.ListTasksResponse{Tasks: make([]*a2a.Task, 0, len(page.Tasks)), TotalSize: page.Total, PageSize: size, NextPageToken: page.NextCursor}
 	for _, t := range page.Tasks {
-		out.Tasks = append(out.Tasks, a2aTask(&tasks.TaskDetail{Task: t}, 0))
+		d := &tasks.TaskDetail{Task: t}
+		if hist > 0 || req.IncludeArtifacts {
+			if d, err = h.g.Tasks.PairTask(ctx, h.caller, h.target, t.TaskID, hist); err != nil {
+				return nil, h.toA2A(ctx, err)
+			}
+			d.Task = t // the state the page lists
+			if !req.IncludeArtifacts {
+				d.Artifacts = nil
+			}
+		}
+		out.Tasks = append(out.Tasks, a2aTask(d, hist))
 	}
 	return out, nil
 }
@@ -154,7 +173,9 @@ func (h *meshHandler) send(ctx context.Context, req *a2a.SendMessageRequest) (ta
 // SendMessage implements a2asrv.RequestHandler. The message is durable
 // before anything is answered; then, unless configuration.returnImmediately,
 // the call waits (at most SendWait) until the task is terminal or
-// input-required, and answers the Task as it stands.
+// input-required. The answer is the Task as it stands, except that a wait
+// that ends with the agent's plain reply is answered with that reply as a
+// Message (see messageAnswer).
 func (h *meshHandler) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
 	var hl *int
 	immediate := false
@@ -170,20 +191,58 @@ func (h *meshHandler) SendMessage(ctx context.Context, req *a2a.SendMessageReque
 		return nil, err
 	}
 	t, d, err := h.task(ctx, res.TaskID, hist)
-	if err != nil || immediate || stops(d.Status) {
+	if err != nil || immediate {
 		return t, err
 	}
 	deadline := time.Now().Add(h.g.sendWait())
-	if _, err := h.follow(ctx, res.TaskID, head, deadline, nil); err != nil {
+	if stops(d.Status) {
+		// Already there: read what the inbox holds of it, without waiting.
+		deadline = time.Now()
+	}
+	seen, err := h.follow(ctx, res.TaskID, head, d.Status, deadline, nil)
+	if err != nil {
 		return nil, err
 	}
-	t, _, err = h.task(ctx, res.TaskID, hist)
-	return t, err
+	// The answer is read after the wait, history included.
+	t, d, err = h.task(ctx, res.TaskID, max(hist, 1))
+	if err != nil {
+		return nil, err
+	}
+	if m := messageAnswer(d, seen); m != nil {
+		return m, nil
+	}
+	if hist == 0 {
+		t.History = nil
+	}
+	return t, nil
+}
+
+// messageAnswer is the Message a blocking SendMessage answers instead of
+// the Task, or nil: when the wait saw the task completed, with no
+// artifact, by a move that carried no note, and the agent's latest
+// message, a reply (not a status note), is the task's latest message (so
+// after the caller's). Then the exchange was a plain question and answer,
+// and the answer is the agent's reply, ROLE_AGENT, with the task's taskId
+// and contextId, its messageId the mesh message_id of the reply. Anything
+// else answers the Task; streams never carry a bare Message.
+func messageAnswer(d *tasks.TaskDetail, seen followed) *a2a.Message {
+	if seen.state != mesh.TaskCompleted || d.Status != mesh.TaskCompleted || seen.reply == nil || seen.artifact ||
+		len(d.Artifacts) > 0 || d.EarlierArtifacts > 0 || len(d.Messages) == 0 {
+		return nil
+	}
+	last := d.Messages[len(d.Messages)-1]
+	if last.From != d.Recipient || last.MessageID != seen.reply.ID {
+		return nil
+	}
+	return a2aMessage(&d.Task, last)
 }
 
 // SendStreamingMessage implements a2asrv.RequestHandler: the Task, then its
-// status and artifact updates until it is terminal or input-required, or
-// StreamMax passes (the client resumes with SubscribeToTask).
+// status and artifact updates from the send on, until one carries a
+// terminal or input-required state, or StreamMax passes (the client
+// resumes with SubscribeToTask). A task already terminal in the snapshot
+// (a retried send) gives what the inbox holds of it after the send, and
+// ends.
 func (h *meshHandler) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
 		var hl *int
@@ -200,42 +259,52 @@ func (h *meshHandler) SendStreamingMessage(ctx context.Context, req *a2a.SendMes
 			yield(nil, err)
 			return
 		}
-		h.stream(ctx, res.TaskID, head, hist, yield)
+		t, d, err := h.task(ctx, res.TaskID, hist)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		if !yield(t, nil) {
+			return
+		}
+		deadline := time.Now().Add(h.g.streamMax())
+		if mesh.TerminalTaskState(d.Status) {
+			deadline = time.Now()
+		}
+		h.stream(ctx, res.TaskID, head, d.Status, deadline, yield)
 	}
 }
 
-// SubscribeToTask implements a2asrv.RequestHandler; a terminal task has
-// nothing more to stream (UnsupportedOperation, as the spec says).
+// SubscribeToTask implements a2asrv.RequestHandler: the Task, then every
+// update after it, until one carries a terminal or input-required state
+// (a task input-required when subscribed to stays followed: the caller's
+// answer resumes it and the agent's next move ends the stream), or
+// StreamMax passes. A terminal task has nothing more to stream
+// (UnsupportedOperation, as the spec says).
 func (h *meshHandler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		head, err := h.g.Tasks.InboxHead(ctx, h.caller)
+		// The snapshot and the inbox position come from one read, so the
+		// stream follows exactly what happens after the snapshot.
+		d, head, err := h.g.Tasks.PairTaskHead(ctx, h.caller, h.target, string(req.ID), defaultHistory)
 		if err != nil {
 			yield(nil, h.toA2A(ctx, err))
 			return
 		}
-		h.stream(ctx, string(req.ID), head, defaultHistory, func(ev a2a.Event, err error) bool {
-			if t, ok := ev.(*a2a.Task); ok && t.Status.State.Terminal() {
-				yield(nil, a2a.NewError(a2a.ErrUnsupportedOperation, "the task is "+string(t.Status.State)+": there is nothing to subscribe to"))
-				return false
-			}
-			return yield(ev, err)
-		})
+		if mesh.TerminalTaskState(d.Status) {
+			yield(nil, a2a.NewError(a2a.ErrUnsupportedOperation, "the task is "+string(toA2AState[d.Status])+": there is nothing to subscribe to"))
+			return
+		}
+		if !yield(a2aTask(d, defaultHistory), nil) {
+			return
+		}
+		h.stream(ctx, string(req.ID), head, d.Status, time.Now().Add(h.g.streamMax()), yield)
 	}
 }
 
-// stream yields the task (read after head was taken, so nothing between is
-// lost), then follows it.
-func (h *meshHandler) stream(ctx context.Context, taskID string, head int64, hist int, yield func(a2a.Event, error) bool) {
-	t, d, err := h.task(ctx, taskID, hist)
-	if err != nil {
-		yield(nil, err)
-		return
-	}
-	if !yield(t, nil) || stops(d.Status) {
-		return
-	}
-	deadline := time.Now().Add(h.g.streamMax())
-	if _, err := h.follow(ctx, taskID, head, deadline, func(ev a2a.Event) bool { return yield(ev, nil) }); err != nil {
+// stream follows the task after the snapshot the client has (state known)
+// and passes its updates on.
+func (h *meshHandler) stream(ctx context.Context, taskID string, head int64, known string, deadline time.Time, yield func(a2a.Event, error) bool) {
+	if _, err := h.follow(ctx, taskID, head, known, deadline, func(ev a2a.Event) bool { return yield(ev, nil) }); err != nil {
 		yield(nil, err)
 	}
 }

@@ -22,9 +22,10 @@ import (
 // Cost per waiting call: the inbox long poll's, the one GET /v1/inbox uses
 // (outbox.Inbox.Wait): one read, then a pause that doubles from 100 ms to
 // 1 s while nothing arrives, so at most about 1 query/s once settled (plus
-// one OldestSeq read per Wait answer, and one task read per empty
-// followSlice, to notice a move the caller itself made elsewhere, such as a
-// cancel, which goes to the target's inbox, not the caller's). A busy inbox
+// one OldestSeq read per Wait answer, and one task read and one inbox read
+// per empty followSlice, to notice a move the caller itself made
+// elsewhere, such as a cancel or its answer resuming an input-required
+// task, which goes to the target's inbox, not the caller's). A busy inbox
 // answers each poll at once; those reads fetch new events, at most one read
 // per batch of them.
 //
@@ -52,45 +53,71 @@ func (g *Gateway) inbox() outbox.Inbox {
 // readOnly hides ExecContext, which outbox.Inbox uses to take slots.
 type readOnly struct{ outbox.Querier }
 
-// follow reads the caller's inbox after seq until the task is terminal or
-// input-required, or deadline passes, or ctx ends; emit (when not nil) gets
-// each update of the task in commit order, and stops the follow by
-// returning false. It returns the last state seen ("" if none).
-func (h *meshHandler) follow(ctx context.Context, taskID string, after int64, deadline time.Time, emit func(a2a.Event) bool) (string, error) {
+// followed is what a follow saw of its task.
+type followed struct {
+	// state is the last state seen ("" if none).
+	state string
+	// reply is the agent's reply (a "message" event) when it is the last
+	// event of the task that carried a message; artifact tells that an
+	// artifact arrived.
+	reply    *a2a.Message
+	artifact bool
+}
+
+// follow reads the caller's inbox after seq until an event of the task
+// carries a terminal or input-required state, or deadline passes, or ctx
+// ends; a deadline already passed still reads what is there, without
+// waiting. known is the state the caller already has (the snapshot's):
+// a quiet slice that finds the task in another state without an event
+// saying so (a move of the caller's own, which reaches the target's
+// inbox, not the caller's: a cancel elsewhere, or its answer resuming an
+// input-required task) reports it as a status update, and stops there if
+// it ends the wait. emit (when not nil) gets each update of the task in
+// commit order, and stops the follow by returning false.
+func (h *meshHandler) follow(ctx context.Context, taskID string, after int64, known string, deadline time.Time, emit func(a2a.Event) bool) (followed, error) {
 	in := h.g.inbox()
-	state := ""
+	var out followed
 	for {
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
-			return state, nil
+		if ctx.Err() != nil {
+			return out, nil
 		}
-		page, err := in.Wait(ctx, h.caller, after, followBatch, min(left, followSlice))
+		left := time.Until(deadline)
+		page, err := in.Wait(ctx, h.caller, after, followBatch, max(0, min(left, followSlice)))
 		if err != nil {
 			if ctx.Err() != nil {
-				return state, nil
+				return out, nil
 			}
-			return state, h.toA2A(ctx, err)
+			return out, h.toA2A(ctx, err)
 		}
-		if len(page.Events) == 0 {
-			// A quiet slice: check for a move the caller's inbox does not
-			// carry (the caller's own, made elsewhere).
-			d, err := h.g.Tasks.PairTask(ctx, h.caller, h.target, taskID, 0)
+		events := page.Events
+		if len(events) == 0 {
+			if left <= 0 {
+				return out, nil
+			}
+			d, more, err := h.quietCheck(ctx, in, taskID, after)
 			if err != nil {
 				if ctx.Err() != nil {
-					return state, nil
+					return out, nil
 				}
-				return state, h.toA2A(ctx, err)
+				return out, h.toA2A(ctx, err)
 			}
-			if stops(d.Status) {
-				if emit != nil {
-					emit(&a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(taskID), ContextID: d.ContextID,
-						Status: a2a.TaskStatus{State: toA2AState[d.Status], Timestamp: &d.UpdatedAt}})
+			events = more
+			if len(events) == 0 {
+				if d.Status == known {
+					continue
 				}
-				return d.Status, nil
+				known, out.state = d.Status, d.Status
+				if emit != nil && !emit(&a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(taskID), ContextID: d.ContextID,
+					Status: a2a.TaskStatus{State: toA2AState[d.Status], Timestamp: &d.UpdatedAt}}) {
+					return out, nil
+				}
+				if stops(d.Status) {
+					return out, nil
+				}
+				continue
 			}
-			continue
 		}
-		for _, e := range page.Events {
+		for _, e := range events {
 			after = e.Seq
 			if e.TaskID != taskID {
 				continue
@@ -99,13 +126,42 @@ func (h *meshHandler) follow(ctx context.Context, taskID string, after int64, de
 			if ev == nil {
 				continue
 			}
-			state = st
+			out.note(e, ev)
+			known, out.state = st, st
 			if emit != nil && !emit(ev) {
-				return state, nil
+				return out, nil
 			}
-			if stops(state) {
-				return state, nil
+			if stops(st) {
+				return out, nil
 			}
+		}
+	}
+}
+
+// quietCheck reads the task after a quiet slice, then the inbox once more
+// without waiting: an event committed before the task read is then in
+// more (the inbox's seq follows commit order), so a state the task shows
+// with more empty is a move no event of the caller's inbox carries.
+func (h *meshHandler) quietCheck(ctx context.Context, in outbox.Inbox, taskID string, after int64) (*tasks.TaskDetail, []mesh.Envelope, error) {
+	d, err := h.g.Tasks.PairTask(ctx, h.caller, h.target, taskID, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	more, err := in.Read(ctx, h.caller, after, followBatch)
+	return d, more, err
+}
+
+// note records what the answer rule of SendMessage needs from one update.
+func (f *followed) note(e mesh.Envelope, ev a2a.Event) {
+	switch u := ev.(type) {
+	case *a2a.TaskArtifactUpdateEvent:
+		f.artifact = true
+	case *a2a.TaskStatusUpdateEvent:
+		switch {
+		case e.Type == mesh.EventMessage && u.Status.Message != nil && u.Status.Message.Role == a2a.MessageRoleAgent:
+			f.reply = u.Status.Message
+		case u.Status.Message != nil:
+			f.reply = nil
 		}
 	}
 }

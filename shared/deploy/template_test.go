@@ -317,8 +317,9 @@ func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 			func(fn string) bool { return strings.HasPrefix(fn, "Admin") }},
 		{"only the token function and the dispatcher can read the inbox master key", "InboxMasterKeySecretArn",
 			func(fn string) bool { return fn == "AuthTokenFunction" || fn == "DispatcherFunction" }},
-		{"only the token function can read the JWT signing keys", "JwtKeysSecretArn",
-			func(fn string) bool { return fn == "AuthTokenFunction" }},
+		// POST /v1/oauth/token issues the same token for stock OAuth clients.
+		{"only the token functions can read the JWT signing keys", "JwtKeysSecretArn",
+			func(fn string) bool { return fn == "AuthTokenFunction" || fn == "OAuthTokenFunction" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -351,10 +352,11 @@ func TestEachFunctionReadsOnlyItsOwnSecrets(t *testing.T) {
 		want := fmt.Sprint(map[string]any{"Fn::GetAtt": pk[0] + ".Keys"})
 		n := 0
 		for _, fn := range fns {
-			// $connect of the push channel authenticates the agent token too.
-			isRoute := strings.Contains(fmt.Sprint(tpl.props(fn)["Events"]), "Type:HttpApi") || fn == "PushConnectFunction"
+			// $connect of the push channel and the A2A gateway (a Function
+			// URL) authenticate the agent token too.
+			isRoute := strings.Contains(fmt.Sprint(tpl.props(fn)["Events"]), "Type:HttpApi") || fn == "PushConnectFunction" || fn == "A2aFunction"
 			// Account routes and the console authenticate a session cookie.
-			agentAuth := isRoute && fn != "HealthFunction" && fn != "AuthTokenFunction" && !strings.HasPrefix(fn, "Admin") &&
+			agentAuth := isRoute && fn != "HealthFunction" && fn != "AuthTokenFunction" && fn != "OAuthTokenFunction" && !strings.HasPrefix(fn, "Admin") &&
 				!strings.HasPrefix(fn, "Account") && fn != "ConsoleFunction"
 			got := envVars(tpl.props(fn))["MESH_JWT_PUBLIC_KEYS"]
 			switch {

@@ -42,48 +42,70 @@ const MaxPairHistory = 100
 // DetailMessageBytes of JSON) and newest artifacts (as GetTask). Any other
 // task, or one that does not exist, is task_not_found.
 func (s *Service) PairTask(ctx context.Context, initiator, recipient, taskID string, history int) (*TaskDetail, error) {
+	t, _, err := s.pairTask(ctx, initiator, recipient, taskID, history, false)
+	return t, err
+}
+
+// PairTaskHead is PairTask with InboxHead of the initiator read in the
+// same consistent snapshot: the events after head are exactly the changes
+// the task detail does not show yet.
+func (s *Service) PairTaskHead(ctx context.Context, initiator, recipient, taskID string, history int) (*TaskDetail, int64, error) {
+	return s.pairTask(ctx, initiator, recipient, taskID, history, true)
+}
+
+func (s *Service) pairTask(ctx context.Context, initiator, recipient, taskID string, history int, withHead bool) (*TaskDetail, int64, error) {
 	s.WithDefaults()
 	if !idPattern.MatchString(taskID) {
-		return nil, errTaskNotFound
+		return nil, 0, errTaskNotFound
 	}
 	history = max(0, min(history, MaxPairHistory))
+	// REPEATABLE READ: every read below sees the snapshot the first makes.
 	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
 	rows, err := tx.QueryContext(ctx, getPairTaskSQL, taskID, initiator, recipient)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	list, err := scanTasks(rows)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(list) == 0 {
-		return nil, errTaskNotFound
+		return nil, 0, errTaskNotFound
+	}
+	var head int64
+	if withHead {
+		if err := tx.QueryRowContext(ctx, inboxHeadSQL, initiator).Scan(&head); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, 0, mesh.ErrUnauthorized // the agent is gone
+			}
+			return nil, 0, err
+		}
 	}
 	t := &TaskDetail{Task: list[0], Messages: []Message{}, Artifacts: []Artifact{}}
 	var firstID int64
 	if history > 0 {
 		msgs, err := readContent(ctx, tx, s.scanMessage, recentMessagesSQL, taskID, history)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		t.Messages, firstID = recentSlice(msgs, history, DetailMessageBytes)
 		if t.EarlierMessages, err = countBefore(ctx, tx, countMessagesBeforeSQL, taskID, firstID); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	arts, err := readContent(ctx, tx, s.scanArtifact, recentArtifactsSQL, taskID, DetailArtifacts)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	t.Artifacts, firstID = recentSlice(arts, DetailArtifacts, DetailArtifactBytes)
 	if t.EarlierArtifacts, err = countBefore(ctx, tx, countArtifactsBeforeSQL, taskID, firstID); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return t, nil
+	return t, head, nil
 }
 
 // PairPage is one page of ListPair.
