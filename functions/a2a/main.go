@@ -10,10 +10,11 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/a2agw"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambdaurl.Start(a2agw.New(env, taskshttp.New(env), a2agw.Cards(env)).Handler())
+	lambdaurl.Start(a2agw.New(env, taskshttp.New(env), cards.New(env.DB, env.Config.A2AURL)).Handler())
 }

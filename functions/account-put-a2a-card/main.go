@@ -4,16 +4,16 @@ package main
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/agentmesh/agentmesh/shared/a2agw"
 	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
 
 func main() {
 	env := app.MustLoad()
 	acc := accounts.New(env.Identity, taskshttp.New(env))
-	acc.Cards = a2agw.Cards(env)
+	acc.Cards = cards.New(env.DB, env.Config.A2AURL)
 	lambda.Start(env.HTTP(accountshttp.Endpoints(acc).Must("AccountPutA2aCardFunction")))
 }

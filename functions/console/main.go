@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/accounts"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/console"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 	"github.com/agentmesh/agentmesh/shared/tracing"
@@ -13,6 +14,9 @@ import (
 
 func main() {
 	env := app.MustLoad()
-	c := console.New(accounts.New(env.Identity, taskshttp.New(env)), env.Log)
+	acc := accounts.New(env.Identity, taskshttp.New(env))
+	// The console shows each agent's card URL under MESH_A2A_URL.
+	acc.Cards = cards.New(env.DB, env.Config.A2AURL)
+	c := console.New(acc, env.Log)
 	lambda.Start(tracing.HTTP(c.Handler()))
 }

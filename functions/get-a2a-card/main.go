@@ -4,12 +4,12 @@ package main
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/agentmesh/agentmesh/shared/a2agw"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/cards/cardshttp"
 )
 
 func main() {
 	env := app.MustLoad()
-	lambda.Start(env.HTTP(cardshttp.Endpoints(a2agw.Cards(env)).Must("GetA2aCardFunction")))
+	lambda.Start(env.HTTP(cardshttp.Endpoints(cards.New(env.DB, env.Config.A2AURL)).Must("GetA2aCardFunction")))
 }

@@ -100,12 +100,6 @@ func (g *Gateway) streamMax() time.Duration {
 	return g.StreamMax
 }
 
-// Cards returns the card service of env (the card routes and the gateway
-// share it).
-func Cards(env *app.Env) *cards.Service {
-	return &cards.Service{DB: env.DB, BaseURL: env.Config.A2AURL}
-}
-
 // New returns the gateway of env over the task service ts and the cards cs,
 // with its bounds at their defaults.
 func New(env *app.Env, ts *tasks.Service, cs *cards.Service) *Gateway {

@@ -303,3 +303,9 @@ func Version(version int64, name string) string {
 	h := sha256.Sum256([]byte(name))
 	return fmt.Sprintf("%d-%s", version, hex.EncodeToString(h[:8]))
 }
+
+// New returns the card service over db, announcing card URLs under a2aURL
+// (config A2AURL, MESH_A2A_URL; "" announces none).
+func New(db *mysql.DB, a2aURL string) *Service {
+	return &Service{DB: db, BaseURL: a2aURL}
+}

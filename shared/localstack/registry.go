@@ -17,6 +17,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/accounts/accountshttp"
 	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
+	"github.com/agentmesh/agentmesh/shared/cards"
 	"github.com/agentmesh/agentmesh/shared/cards/cardshttp"
 	"github.com/agentmesh/agentmesh/shared/console"
 	"github.com/agentmesh/agentmesh/shared/dispatch"
@@ -79,7 +80,7 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 		ts.Metrics, ts.Inbox.Metrics = deps.Metrics, deps.Metrics
 	}
 	acc := accounts.New(env.Identity, ts)
-	cs := a2agw.Cards(env)
+	cs := cards.New(env.DB, env.Config.A2AURL)
 	acc.Cards = cs
 	addHTTP(cardshttp.Endpoints(cs))
 	// The A2A gateway streams, so it is a Function URL (RESPONSE_STREAM),
