@@ -14,22 +14,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="${MESH_STATE_DIR:-$ROOT/.local}"
-# A virtualenv of its own, like fuzz-api.sh's: no other tool's pins can move.
 VENV="$STATE/venv-a2a-sdk"
-REQUIREMENTS="$ROOT/infra/a2a-sdk-requirements.txt"
-STAMP="$VENV/.installed-$(cksum <"$REQUIREMENTS" | cut -d" " -f1)"
-
-command -v python3 >/dev/null || { echo "python3 not found: install python3 and python3-venv" >&2; exit 1; }
-
-mkdir -p "$STATE"
-if [[ ! -f $STAMP ]]; then
-  echo "a2a-sdk: installing $(grep -E '^(a2a-sdk|Authlib|pytest)==' "$REQUIREMENTS" | paste -sd' ') into $VENV (first run only)…"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQUIREMENTS" >"$STATE/venv-a2a-sdk-install.log" 2>&1 \
-    || { echo "pip install failed; see $STATE/venv-a2a-sdk-install.log" >&2; exit 1; }
-  touch "$STAMP"
-fi
+# shellcheck source=infra/pyvenv.sh
+source "$ROOT/infra/pyvenv.sh"
+pyvenv_install a2a-sdk "$VENV" "$ROOT/infra/a2a-sdk-requirements.txt" 'a2a-sdk|Authlib|pytest'
 
 echo "a2a-sdk: pytest against the local stack and a real meshd (go test -run TestA2ASDK ./shared/e2e/)"
 cd "$ROOT"

@@ -17,27 +17,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="${MESH_STATE_DIR:-$ROOT/.local}"
-# A virtualenv of its own, not lint-template.sh's .local/venv: that one is
-# wiped whenever SAM's pin changes, and pip installing into it could move a
-# package SAM pins (pip only warns about an installed package's broken pins).
+# Not lint-template.sh's .local/venv: that one is wiped whenever SAM's pin
+# changes. Every package is pinned (schemathesis 4.x, whose CLI and config
+# file differ from 3.x, and all it pulls in).
 VENV="$STATE/venv-fuzz"
-# Every package pinned (schemathesis 4.x, whose CLI and config file differ
-# from 3.x, and all it pulls in), so a new release cannot turn CI red
-# overnight; a changed list reinstalls.
-REQUIREMENTS="$ROOT/infra/fuzz-requirements.txt"
-STAMP="$VENV/.installed-$(cksum <"$REQUIREMENTS" | cut -d" " -f1)"
-
-command -v python3 >/dev/null || { echo "python3 not found: install python3 and python3-venv" >&2; exit 1; }
-
-mkdir -p "$STATE"
-if [[ ! -f $STAMP ]]; then
-  echo "fuzz: installing $(grep -E '^(schemathesis|PyMySQL)==' "$REQUIREMENTS" | paste -sd' ') into $VENV (first run only)…"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQUIREMENTS" >"$STATE/venv-fuzz-install.log" 2>&1 \
-    || { echo "pip install failed; see $STATE/venv-fuzz-install.log" >&2; exit 1; }
-  touch "$STAMP"
-fi
+# shellcheck source=infra/pyvenv.sh
+source "$ROOT/infra/pyvenv.sh"
+pyvenv_install fuzz "$VENV" "$ROOT/infra/fuzz-requirements.txt" 'schemathesis|PyMySQL'
 
 DSN="${MYSQL_DSN:-}"
 if [[ -z $DSN ]]; then

@@ -19,8 +19,8 @@ import (
 // not exist answer the same 404, byte for byte.
 
 // cardMaxAge is how long clients and caches may reuse a card before they
-// revalidate it (with If-None-Match, answered 304 after one primary-key
-// read).
+// revalidate it (with If-None-Match, answered 304 from the gateway's card
+// cache, or after one primary-key read).
 const cardMaxAge = "public, max-age=60"
 
 // Names of the card's security schemes.
@@ -150,7 +150,11 @@ func (g *Gateway) serveCard(w http.ResponseWriter, r *http.Request, target strin
 		writeREST(w, edgeError{status: http.StatusMethodNotAllowed, kind: a2a.ErrMethodNotFound, msg: "the card is read with GET"})
 		return
 	}
-	p, ok, err := g.published(r.Context(), target)
+	read := g.published
+	if g.cards != nil && mesh.ValidAgentID(target) { // an invalid id costs no read: not cached
+		read = g.cards.get
+	}
+	p, ok, err := read(r.Context(), target)
 	if err != nil {
 		writeREST(w, fromMesh(r.Context(), g.log(), err))
 		return

@@ -46,10 +46,14 @@ import (
 //     published and the two may talk (friends or group mates, no block).
 //     A refused caller gets the deny handler, whose every method answers
 //     TaskNotFound through the same a2a-go transport, so a stranger, an
-//     unpublished agent and a nonexistent one look like a missing task.
+//     unpublished agent and a nonexistent one look like a missing task;
+//  6. the guard around either handler (waits.go): a waiting call takes
+//     one of the caller's MaxWaits slots first, or answers 429; a call
+//     that failed before its unit was spent (any error after step 1
+//     other than the rate limit) spends it then.
 //
 // Answers of steps 1-4 are written here in the binding's own error form;
-// none of them writes anything but a read's rate unit. An error a stream
+// none of them writes anything but the call's rate unit. An error a stream
 // meets before its first event is answered like the same error of a
 // non-streaming call (HTTP+JSON: see primed; JSON-RPC: see
 // responseWriter.hold), request fields under their proto names are
@@ -102,7 +106,11 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 	ctx := r.Context()
 	w.rest = rest
 	streaming := rest && r.Method == http.MethodPost && isRESTStream(restPath)
+	var mh *meshHandler // the call's state, once the caller is known
 	fail := func(id any, e edgeError) {
+		if mh != nil && e.status != http.StatusTooManyRequests {
+			mh.charge(ctx) // a refused call pays its unit too
+		}
 		if rest {
 			writeREST(w, e)
 			return
@@ -121,6 +129,7 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 		fail(nil, e)
 		return
 	}
+	mh = &meshHandler{g: g, caller: caller, target: target}
 	body, e, ok := g.readBody(r)
 	if !ok {
 		fail(nil, e)
@@ -164,6 +173,9 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 		fail(id, fromMesh(ctx, g.log(), err))
 		return
 	}
+	if !write {
+		mh.spent.Store(true)
+	}
 	if write && g.afterRateCheck != nil {
 		g.afterRateCheck(caller)
 	}
@@ -172,10 +184,9 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 		fail(id, fromMesh(ctx, g.log(), err))
 		return
 	}
-	var h a2asrv.RequestHandler = denyHandler{}
-	mh := &meshHandler{g: g, caller: caller, target: target}
+	h := guarded{RequestHandler: denyHandler{}, h: mh}
 	if admitted {
-		h = mh
+		h.RequestHandler = mh
 	}
 	w.limited = &mh.limited
 	r2 := r.Clone(ctx)
@@ -191,12 +202,14 @@ func (g *Gateway) serveMethod(w *responseWriter, r *http.Request, target string,
 			r2.URL.Path = "/"
 		}
 		a2asrv.NewRESTHandler(primed{RequestHandler: h, w: w, r: r2}, panics).ServeHTTP(w, r2)
+		mh.charge(ctx) // a write that failed, whoever refused it
 		return
 	}
 	// a2a-go's JSON-RPC binding writes a stream's SSE headers before it
 	// calls the method: the writer holds them until the first event.
 	w.hold = streaming
 	a2asrv.NewJSONRPCHandler(h, panics).ServeHTTP(w, r2)
+	mh.charge(ctx) // a write that failed, whoever refused it
 	w.release()
 }
 

@@ -22,6 +22,25 @@
 // known before a stream's first event is answered as the binding's
 // non-streaming error (JSON-RPC: a plain error response; HTTP+JSON: its
 // status and body).
+//
+// Costs. The gateway is a public Function URL with no throttle in front,
+// so it bounds its own work:
+//   - a card GET costs at most one primary-key read per agent per
+//     CardCacheTTL (10 s) per instance (cardcache.go); it spends no rate
+//     unit (it has no caller);
+//   - a call without a valid token costs the token check, throttled per
+//     source address (identity);
+//   - every authenticated call spends exactly one unit of the caller's
+//     rate budget (50/s, burst 100, as on the HTTP API), whatever its
+//     answer: refused, malformed and failed calls too (waits.go), so a
+//     token holder's calls are bounded by its budget;
+//   - at most MaxWaits (8) waiting calls (blocking sends and streams) per
+//     calling agent at once, across instances (a2a_waits slots; past it,
+//     429 before anything is sent), each bounded by SendWait (25 s) or
+//     StreamMax (5 min) and polling the caller's inbox at most about once
+//     a second (wait.go): one caller pins at most MaxWaits instances and
+//     8 queries/s. All callers together are bounded only by the function's
+//     concurrency (template parameter A2AReservedConcurrency).
 package a2agw
 
 import (
@@ -62,7 +81,19 @@ type Gateway struct {
 	// MaxBodyBytes caps a request body (0: httpapi.MaxBodyBytes, which
 	// app.New raises to fit the configured message size).
 	MaxBodyBytes int
-	Log          *slog.Logger
+	// MaxWaits caps one calling agent's waiting calls (blocking
+	// SendMessage, SendStreamingMessage, SubscribeToTask) at once, across
+	// every instance (0: DefaultMaxWaits). See waits.go.
+	MaxWaits int
+	// CardCacheTTL and CardCacheSize bound the per-instance cache of card
+	// answers (0: DefaultCardCacheTTL and DefaultCardCacheSize; a negative
+	// TTL turns it off). See cardcache.go.
+	CardCacheTTL  time.Duration
+	CardCacheSize int
+	Log           *slog.Logger
+
+	// cards caches card answers; Handler makes it.
+	cards *cardCache
 
 	// afterRateCheck, when set (tests), runs between a write's rate check
 	// at the front and the write, which spends the unit.
@@ -76,6 +107,7 @@ type Gateway struct {
 // through before a2a-go's transports see it.
 func (g *Gateway) Handler() http.Handler {
 	g.Tasks.WithDefaults() // once, before the handler shares it
+	g.cards = newCardCache(g.CardCacheTTL, g.CardCacheSize, g.published)
 	return http.HandlerFunc(g.serve)
 }
 
@@ -108,5 +140,6 @@ func New(env *app.Env, ts *tasks.Service, cs *cards.Service) *Gateway {
 		tokenURL = env.Config.PublicAPIURL + "/v1/oauth/token"
 	}
 	return &Gateway{Tasks: ts, Identity: env.Identity, Cards: cs, BaseURL: env.Config.A2AURL,
-		TokenURL: tokenURL, SendWait: DefaultSendWait, StreamMax: DefaultStreamMax, Log: env.Log}
+		TokenURL: tokenURL, SendWait: DefaultSendWait, StreamMax: DefaultStreamMax, MaxWaits: DefaultMaxWaits,
+		CardCacheTTL: DefaultCardCacheTTL, CardCacheSize: DefaultCardCacheSize, Log: env.Log}
 }

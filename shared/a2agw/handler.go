@@ -29,9 +29,12 @@ const (
 type meshHandler struct {
 	g              *Gateway
 	caller, target string
-	// limited is set when a method met the caller's rate limit: the
-	// front's writer answers it (rateLimited).
+	// limited is set when a method met the caller's rate limit (or its
+	// cap on waiting calls): the front's writer answers it (rateLimited).
 	limited atomic.Pointer[edgeError]
+	// spent is set once the call's one rate unit is spent: by the front
+	// for a read, by a write's committed transaction, or by charge.
+	spent atomic.Bool
 }
 
 var _ a2asrv.RequestHandler = (*meshHandler)(nil)
@@ -138,6 +141,7 @@ func (h *meshHandler) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest
 		}
 		return nil, h.toA2A(ctx, err)
 	}
+	h.spent.Store(true) // by the committed write
 	t, _, err := h.task(ctx, id, defaultHistory)
 	return t, err
 }
@@ -167,6 +171,7 @@ func (h *meshHandler) send(ctx context.Context, req *a2a.SendMessageRequest) (ta
 	if err != nil {
 		return tasks.SendResult{}, 0, h.toA2A(ctx, err)
 	}
+	h.spent.Store(true) // by the committed write (a retry's too)
 	return res, head, nil
 }
 

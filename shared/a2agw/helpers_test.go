@@ -52,7 +52,7 @@ func newFixture(t *testing.T) *fixture {
 	f.ts = (&tasks.Service{DB: db, Clock: mesh.SystemClock, Log: quiet}).WithDefaults()
 	cs := &cards.Service{DB: db}
 	for _, a := range []string{"bob", "carol"} {
-		if _, err := cs.Put(context.Background(), a, api.A2ACardRequest{Published: true, Description: a + " helps",
+		if _, err := cs.Put(context.Background(), a, api.A2ACardRequest{Published: new(true), Description: a + " helps",
 			Skills: []api.A2ASkill{{ID: "help", Name: "Help", Description: "helps", Tags: []string{"t"}}}}); err != nil {
 			t.Fatalf("publish %s: %v", a, err)
 		}

@@ -31,9 +31,10 @@ import (
 //
 // Slots: a waiting A2A call does not take one of the agent's long-poll
 // slots (outbox.Inbox.MaxPolls, which exist so one meshd cannot pin many
-// functions): taking them would starve the agent's own meshd. A2A waits are
-// bounded instead by SendWait / StreamMax per call, by the rate unit every
-// call spends, and by the function's concurrency.
+// functions): taking them would starve the agent's own meshd. It takes one
+// of the caller's A2A slots instead (Gateway.MaxWaits, table a2a_waits, the
+// same mechanism; see waits.go), and is bounded by SendWait / StreamMax, by
+// the rate unit every call spends, and by the function's concurrency.
 
 // followSlice is the longest single long poll of a follow.
 const followSlice = outbox.MaxInboxWait

@@ -5,8 +5,10 @@ import "time"
 // A2ACardRequest is the body of PUT /v1/agents/me/a2a-card and of
 // PUT /v1/account/agents/{id}/a2a-card: whether the agent's A2A card is
 // published, and what it says. The card's name is the agent's profile name.
+// Published is a pointer so that a body without it is refused (422
+// invalid_card) instead of silently withdrawing the card.
 type A2ACardRequest struct {
-	Published   bool       `json:"published"`
+	Published   *bool      `json:"published"`
 	Description string     `json:"description"`
 	Skills      []A2ASkill `json:"skills"`
 }

@@ -3,19 +3,15 @@ package apigwlocal
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -331,98 +327,39 @@ func writeURLError(w http.ResponseWriter, status int, msg string) {
 // AuthType NONE URL (accountId "anonymous") whose domain is the request's
 // Host.
 func BuildURLEvent(r *http.Request, body []byte, requestID string, now time.Time) events.LambdaFunctionURLRequest {
-	sourceIP := r.RemoteAddr
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		sourceIP = host
-	}
-	headers := map[string]string{}
-	var cookies []string
-	for name, values := range r.Header {
-		lname := strings.ToLower(name)
-		if lname == "cookie" {
-			for _, v := range values {
-				for _, c := range strings.Split(v, ";") {
-					if c = strings.TrimSpace(c); c != "" {
-						cookies = append(cookies, c)
-					}
-				}
-			}
-			continue
-		}
-		headers[lname] = strings.Join(values, ",")
-	}
-	// Go moves Host out of the header map; Lambda keeps it.
-	headers["host"] = r.Host
+	p := newPayload2(r, body, now)
+	// Unlike API Gateway, Lambda sends no content-length for an empty body.
 	if len(body) > 0 {
-		headers["content-length"] = strconv.Itoa(len(body))
+		p.headers["content-length"] = strconv.Itoa(len(body))
 	}
-	if prior := headers["x-forwarded-for"]; prior != "" {
-		headers["x-forwarded-for"] = prior + ", " + sourceIP
-	} else {
-		headers["x-forwarded-for"] = sourceIP
-	}
-	proto, port := "http", "80"
-	if r.TLS != nil {
-		proto, port = "https", "443"
-	}
-	if _, p, err := net.SplitHostPort(r.Host); err == nil {
-		port = p
-	}
-	headers["x-forwarded-proto"] = proto
-	headers["x-forwarded-port"] = port
-	headers["x-amzn-trace-id"] = newTraceID(now)
-
-	var query map[string]string
-	if r.URL.RawQuery != "" {
-		// The well-formed pairs are passed on, as API Gateway does.
-		values, _ := url.ParseQuery(r.URL.RawQuery)
-		if len(values) > 0 {
-			query = make(map[string]string, len(values))
-			for k, v := range values {
-				query[k] = strings.Join(v, ",")
-			}
-		}
-	}
-	hostname := r.Host
-	if h, _, err := net.SplitHostPort(r.Host); err == nil {
-		hostname = h
-	}
-	// On AWS the domain is <url-id>.lambda-url.<region>.on.aws, and the
-	// url-id is both the prefix and the apiId.
-	prefix, _, _ := strings.Cut(hostname, ".")
-	ev := events.LambdaFunctionURLRequest{
+	return events.LambdaFunctionURLRequest{
 		Version:               "2.0",
 		RawPath:               r.URL.EscapedPath(),
 		RawQueryString:        r.URL.RawQuery,
-		Cookies:               cookies,
-		Headers:               headers,
-		QueryStringParameters: query,
+		Cookies:               p.cookies,
+		Headers:               p.headers,
+		QueryStringParameters: p.query,
 		RequestContext: events.LambdaFunctionURLRequestContext{
-			AccountID:    "anonymous",
-			RequestID:    requestID,
-			APIID:        prefix,
+			AccountID: "anonymous",
+			RequestID: requestID,
+			// On AWS the domain is <url-id>.lambda-url.<region>.on.aws, and
+			// the url-id is both the prefix and the apiId.
+			APIID:        p.prefix,
 			DomainName:   r.Host,
-			DomainPrefix: prefix,
-			Time:         now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
-			TimeEpoch:    now.UnixMilli(),
+			DomainPrefix: p.prefix,
+			Time:         p.time,
+			TimeEpoch:    p.timeEpoch,
 			HTTP: events.LambdaFunctionURLRequestContextHTTPDescription{
 				Method:    r.Method,
 				Path:      r.URL.EscapedPath(),
 				Protocol:  r.Proto,
-				SourceIP:  sourceIP,
+				SourceIP:  p.sourceIP,
 				UserAgent: r.UserAgent(),
 			},
 		},
+		Body:            p.body,
+		IsBase64Encoded: p.isBase64,
 	}
-	if len(body) > 0 {
-		if IsTextContent(r.Header.Get("Content-Type")) && utf8.Valid(body) {
-			ev.Body = string(body)
-		} else {
-			ev.Body = base64.StdEncoding.EncodeToString(body)
-			ev.IsBase64Encoded = true
-		}
-	}
-	return ev
 }
 
 // newUUID is a random (version 4) UUID, the form of Lambda's request ids.

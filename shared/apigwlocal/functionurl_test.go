@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -21,16 +19,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/samtemplate"
-	"github.com/agentmesh/agentmesh/shared/testenv"
 )
-
-// urlGateway is a gateway serving testdata/url.yaml (or a template built
-// in code) with the test's StreamFunction on an httptest server.
-type urlGateway struct {
-	*Gateway
-	url string
-	log *testenv.Buffer
-}
 
 func loadURLTemplate(t *testing.T) *samtemplate.Template {
 	t.Helper()
@@ -41,30 +30,15 @@ func loadURLTemplate(t *testing.T) *samtemplate.Template {
 	return tpl
 }
 
-// startURLGateway serves tpl with h as StreamFunction until the test ends;
-// the gateway's shutdown runs before the server's close, which waits for
-// every request.
-func startURLGateway(t *testing.T, tpl *samtemplate.Template, h URLHandler) *urlGateway {
+// startURLGateway serves tpl (testdata/url.yaml or a template built in
+// code) with h as StreamFunction until the test ends.
+func startURLGateway(t *testing.T, tpl *samtemplate.Template, h URLHandler) *testGateway {
 	t.Helper()
 	reg := Registry{HTTP: map[string]httpapi.LambdaHandler{"HealthFunction": okHandler}, URL: map[string]URLHandler{"StreamFunction": h}}
 	if h == nil {
 		reg.URL = nil
 	}
-	buf := &testenv.Buffer{}
-	g, err := NewGateway(tpl, reg, WebSocketOptions{}, slog.New(slog.NewTextHandler(buf, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		srv.Close()
-	})
-	return &urlGateway{Gateway: g, url: srv.URL, log: buf}
+	return serveGateway(t, tpl, reg, WebSocketOptions{})
 }
 
 // shortTemplate is testdata/url.yaml's StreamFunction with a timeout of d

@@ -142,71 +142,17 @@ func callHandler[E, R any](ctx context.Context, h func(context.Context, E) (R, e
 // with commas, cookies moved out of the headers into Cookies, query values
 // decoded and joined with commas, a non-text body base64-encoded.
 func BuildEvent(r *http.Request, body []byte, m Match, requestID string, now time.Time) events.APIGatewayV2HTTPRequest {
-	sourceIP := r.RemoteAddr
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		sourceIP = host
-	}
-	headers := map[string]string{}
-	var cookies []string
-	for name, values := range r.Header {
-		lname := strings.ToLower(name)
-		if lname == "cookie" {
-			for _, v := range values {
-				for _, c := range strings.Split(v, ";") {
-					if c = strings.TrimSpace(c); c != "" {
-						cookies = append(cookies, c)
-					}
-				}
-			}
-			continue
-		}
-		headers[lname] = strings.Join(values, ",")
-	}
-	// Go moves Host out of the header map; API Gateway keeps it.
-	headers["host"] = r.Host
-	headers["content-length"] = strconv.Itoa(len(body))
-	if prior := headers["x-forwarded-for"]; prior != "" {
-		headers["x-forwarded-for"] = prior + ", " + sourceIP
-	} else {
-		headers["x-forwarded-for"] = sourceIP
-	}
-	proto, port := "http", "80"
-	if r.TLS != nil {
-		proto, port = "https", "443"
-	}
-	if _, p, err := net.SplitHostPort(r.Host); err == nil {
-		port = p
-	}
-	headers["x-forwarded-proto"] = proto
-	headers["x-forwarded-port"] = port
-	headers["x-amzn-trace-id"] = newTraceID(now)
-
-	var query map[string]string
-	if r.URL.RawQuery != "" {
-		// ParseQuery returns what it could parse alongside an error for the
-		// rest; API Gateway likewise passes the well-formed pairs on.
-		values, _ := url.ParseQuery(r.URL.RawQuery)
-		if len(values) > 0 {
-			query = make(map[string]string, len(values))
-			for k, v := range values {
-				query[k] = strings.Join(v, ",")
-			}
-		}
-	}
-
-	domain := r.Host
-	if h, _, err := net.SplitHostPort(r.Host); err == nil {
-		domain = h
-	}
-	prefix, _, _ := strings.Cut(domain, ".")
-	ev := events.APIGatewayV2HTTPRequest{
+	p := newPayload2(r, body, now)
+	// API Gateway sends content-length even for an empty body.
+	p.headers["content-length"] = strconv.Itoa(len(body))
+	return events.APIGatewayV2HTTPRequest{
 		Version:               "2.0",
 		RouteKey:              m.Route.Key(),
 		RawPath:               r.URL.EscapedPath(),
 		RawQueryString:        r.URL.RawQuery,
-		Cookies:               cookies,
-		Headers:               headers,
-		QueryStringParameters: query,
+		Cookies:               p.cookies,
+		Headers:               p.headers,
+		QueryStringParameters: p.query,
 		PathParameters:        m.PathParameters,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			RouteKey:     m.Route.Key(),
@@ -214,28 +160,108 @@ func BuildEvent(r *http.Request, body []byte, m Match, requestID string, now tim
 			Stage:        "$default",
 			RequestID:    requestID,
 			APIID:        "local",
-			DomainName:   domain,
-			DomainPrefix: prefix,
-			Time:         now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
-			TimeEpoch:    now.UnixMilli(),
+			DomainName:   p.hostname,
+			DomainPrefix: p.prefix,
+			Time:         p.time,
+			TimeEpoch:    p.timeEpoch,
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
 				Method:    r.Method,
 				Path:      r.URL.EscapedPath(),
 				Protocol:  r.Proto,
-				SourceIP:  sourceIP,
+				SourceIP:  p.sourceIP,
 				UserAgent: r.UserAgent(),
 			},
 		},
+		Body:            p.body,
+		IsBase64Encoded: p.isBase64,
 	}
-	if len(body) > 0 {
-		if IsTextContent(r.Header.Get("Content-Type")) && utf8.Valid(body) {
-			ev.Body = string(body)
-		} else {
-			ev.Body = base64.StdEncoding.EncodeToString(body)
-			ev.IsBase64Encoded = true
+}
+
+// payload2 is what API Gateway HTTP API's event and a Function URL's event
+// (both payload version 2.0) build alike from a request; each event adds its
+// own requestContext and content-length.
+type payload2 struct {
+	sourceIP string
+	// headers have lower-cased names and repeated values joined with commas;
+	// Cookie is moved out into cookies, Host put back in, and the
+	// x-forwarded-* and x-amzn-trace-id headers the AWS front end adds set.
+	headers  map[string]string
+	cookies  []string
+	query    map[string]string // nil without a query
+	hostname string            // the Host without its port
+	prefix   string            // the hostname up to its first dot
+	time     string            // requestContext.time's format
+	// timeEpoch is in milliseconds.
+	timeEpoch int64
+	body      string
+	isBase64  bool
+}
+
+func newPayload2(r *http.Request, body []byte, now time.Time) payload2 {
+	p := payload2{sourceIP: r.RemoteAddr, headers: map[string]string{}}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		p.sourceIP = host
+	}
+	for name, values := range r.Header {
+		lname := strings.ToLower(name)
+		if lname == "cookie" {
+			for _, v := range values {
+				for _, c := range strings.Split(v, ";") {
+					if c = strings.TrimSpace(c); c != "" {
+						p.cookies = append(p.cookies, c)
+					}
+				}
+			}
+			continue
+		}
+		p.headers[lname] = strings.Join(values, ",")
+	}
+	// Go moves Host out of the header map; AWS keeps it.
+	p.headers["host"] = r.Host
+	if prior := p.headers["x-forwarded-for"]; prior != "" {
+		p.headers["x-forwarded-for"] = prior + ", " + p.sourceIP
+	} else {
+		p.headers["x-forwarded-for"] = p.sourceIP
+	}
+	proto, port := "http", "80"
+	if r.TLS != nil {
+		proto, port = "https", "443"
+	}
+	if _, pt, err := net.SplitHostPort(r.Host); err == nil {
+		port = pt
+	}
+	p.headers["x-forwarded-proto"] = proto
+	p.headers["x-forwarded-port"] = port
+	p.headers["x-amzn-trace-id"] = newTraceID(now)
+
+	if r.URL.RawQuery != "" {
+		// ParseQuery returns what it could parse alongside an error for the
+		// rest; AWS likewise passes the well-formed pairs on.
+		values, _ := url.ParseQuery(r.URL.RawQuery)
+		if len(values) > 0 {
+			p.query = make(map[string]string, len(values))
+			for k, v := range values {
+				p.query[k] = strings.Join(v, ",")
+			}
 		}
 	}
-	return ev
+
+	p.hostname = r.Host
+	if h, _, err := net.SplitHostPort(r.Host); err == nil {
+		p.hostname = h
+	}
+	p.prefix, _, _ = strings.Cut(p.hostname, ".")
+	p.time = now.UTC().Format("02/Jan/2006:15:04:05 -0700")
+	p.timeEpoch = now.UnixMilli()
+	if len(body) > 0 {
+		if IsTextContent(r.Header.Get("Content-Type")) && utf8.Valid(body) {
+			p.body = string(body)
+		} else {
+			p.body = base64.StdEncoding.EncodeToString(body)
+			p.isBase64 = true
+		}
+	}
+	return p
 }
 
 // IsTextContent reports whether API Gateway passes a body of this content

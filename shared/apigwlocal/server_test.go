@@ -291,3 +291,31 @@ func TestOversizedBodyNeverReachesTheHandler(t *testing.T) {
 		t.Fatalf("a body of exactly 10 MB: status %d, handler calls %d", w.Code, len(rec.got))
 	}
 }
+
+func TestOnlyAPIGatewaySendsContentLengthForAnEmptyBody(t *testing.T) {
+	now := time.Date(2026, 3, 12, 19, 3, 58, 0, time.UTC)
+	m := Match{Function: "ReplyFunction", Route: samtemplate.Route{Method: "GET", Path: "/v1/health"}}
+	for _, c := range []struct {
+		name, body string
+		urlEvent   bool
+		want       string // "" for no content-length header
+	}{
+		{"API Gateway sends 0 for a request without a body", "", false, "0"},
+		{"API Gateway sends the length of a body", "{}", false, "2"},
+		{"a Function URL sends none for a request without a body", "", true, ""},
+		{"a Function URL sends the length of a body", "{}", true, "2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", "http://mesh.example/v1/health", nil)
+			var headers map[string]string
+			if c.urlEvent {
+				headers = BuildURLEvent(req, []byte(c.body), "rid", now).Headers
+			} else {
+				headers = BuildEvent(req, []byte(c.body), m, "rid", now).Headers
+			}
+			if got, ok := headers["content-length"]; got != c.want || ok != (c.want != "") {
+				t.Fatalf("content-length = %q (present: %v), want %q", got, ok, c.want)
+			}
+		})
+	}
+}

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -89,16 +87,10 @@ func wait(t *testing.T, ch chan events.APIGatewayWebsocketProxyRequest, what str
 	}
 }
 
-type wsTestGateway struct {
-	*Gateway
-	url string
-	log *testenv.Buffer
-}
-
 // startGateway serves testdata/push.yaml with f's functions until the test
 // ends; the gateway's shutdown runs first, so that every $disconnect has
 // run by then.
-func startGateway(t *testing.T, f *wsFunctions, opts WebSocketOptions) *wsTestGateway {
+func startGateway(t *testing.T, f *wsFunctions, opts WebSocketOptions) *testGateway {
 	t.Helper()
 	tpl, err := samtemplate.Load("testdata/push.yaml")
 	if err != nil {
@@ -108,24 +100,10 @@ func startGateway(t *testing.T, f *wsFunctions, opts WebSocketOptions) *wsTestGa
 	if err := reg.Check(tpl); err != nil {
 		t.Fatal(err)
 	}
-	buf := &testenv.Buffer{}
-	g, err := NewGateway(tpl, reg, opts, slog.New(slog.NewTextHandler(buf, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		srv.Close()
-	})
-	return &wsTestGateway{Gateway: g, url: srv.URL, log: buf}
+	return serveGateway(t, tpl, reg, opts)
 }
 
-func (g *wsTestGateway) dial(t *testing.T, opts *websocket.DialOptions) *websocket.Conn {
+func (g *testGateway) dial(t *testing.T, opts *websocket.DialOptions) *websocket.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -140,7 +118,7 @@ func (g *wsTestGateway) dial(t *testing.T, opts *websocket.DialOptions) *websock
 
 // management is the real AWS SDK client pointed at the gateway, with
 // static credentials (the emulator takes any signature).
-func (g *wsTestGateway) management() *apigatewaymanagementapi.Client {
+func (g *testGateway) management() *apigatewaymanagementapi.Client {
 	return apigatewaymanagementapi.New(apigatewaymanagementapi.Options{
 		BaseEndpoint:     aws.String(ManagementEndpoint(g.url, "push")),
 		Region:           "eu-west-1",

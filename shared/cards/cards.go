@@ -93,14 +93,18 @@ func invalid(format string, args ...any) error {
 
 // Validate checks a card request against the bounds above and returns it
 // normalized (nil lists as empty ones), or a 422 naming the first bad field.
+// Published must be set: a body that forgot it must not withdraw the card.
 func Validate(req api.A2ACardRequest) (api.A2ACardRequest, error) {
+	if req.Published == nil {
+		return req, invalid("published is required")
+	}
 	if !utf8.ValidString(req.Description) || utf8.RuneCountInString(req.Description) > MaxDescription {
 		return req, invalid("description must be at most %d characters", MaxDescription)
 	}
 	if len(req.Skills) > MaxSkills {
 		return req, invalid("a card lists at most %d skills", MaxSkills)
 	}
-	out := api.A2ACardRequest{Published: req.Published, Description: req.Description, Skills: make([]api.A2ASkill, 0, len(req.Skills))}
+	out := api.A2ACardRequest{Published: new(*req.Published), Description: req.Description, Skills: make([]api.A2ASkill, 0, len(req.Skills))}
 	seen := make(map[string]bool, len(req.Skills))
 	for i, sk := range req.Skills {
 		switch {
@@ -188,13 +192,13 @@ func (s *Service) Put(ctx context.Context, agentID string, req api.A2ACardReques
 		if err != nil {
 			return err
 		}
-		if r.version == 0 || r.published != req.Published || r.description != req.Description || !bytes.Equal(r.skills, skills) {
+		if r.version == 0 || r.published != *req.Published || r.description != req.Description || !bytes.Equal(r.skills, skills) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO a2a_cards (agent_id, published, description, skills, version, updated_at) VALUES (?, ?, ?, ?, 1, ?)
 ON DUPLICATE KEY UPDATE published = VALUES(published), description = VALUES(description), skills = VALUES(skills), version = version + 1, updated_at = VALUES(updated_at)`,
-				agentID, req.Published, req.Description, skills, now); err != nil {
+				agentID, *req.Published, req.Description, skills, now); err != nil {
 				return err
 			}
-			r.published, r.description, r.skills, r.version = req.Published, req.Description, skills, r.version+1
+			r.published, r.description, r.skills, r.version = *req.Published, req.Description, skills, r.version+1
 			r.updatedAt = sql.NullTime{Time: now, Valid: true}
 		}
 		out, err = s.card(agentID, r)

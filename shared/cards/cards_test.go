@@ -29,7 +29,7 @@ func skill(id string) api.A2ASkill {
 func TestPublishEditWithdraw(t *testing.T) {
 	s := newService(t)
 	ctx := context.Background()
-	want := api.A2ACardRequest{Published: true, Description: "maps", Skills: []api.A2ASkill{skill("draw"), skill("measure")}}
+	want := api.A2ACardRequest{Published: new(true), Description: "maps", Skills: []api.A2ASkill{skill("draw"), skill("measure")}}
 
 	t.Run("a card never written is unpublished, empty, and not served", func(t *testing.T) {
 		c, err := s.Get(ctx, "carto")
@@ -84,7 +84,7 @@ func TestPublishEditWithdraw(t *testing.T) {
 		}
 	})
 	t.Run("withdrawing answers exactly like an agent that does not exist", func(t *testing.T) {
-		if _, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: false, Description: "maps"}); err != nil {
+		if _, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: new(false), Description: "maps"}); err != nil {
 			t.Fatal(err)
 		}
 		_, gone := s.PublishedCard(ctx, "carto")
@@ -108,7 +108,7 @@ func TestPublishEditWithdraw(t *testing.T) {
 func TestInvalidCardsAreRefusedAndChangeNothing(t *testing.T) {
 	s := newService(t)
 	ctx := context.Background()
-	good := api.A2ACardRequest{Published: true, Description: "ok", Skills: []api.A2ASkill{skill("a")}}
+	good := api.A2ACardRequest{Published: new(true), Description: "ok", Skills: []api.A2ASkill{skill("a")}}
 	if _, err := s.Put(ctx, "carto", good); err != nil {
 		t.Fatal(err)
 	}
@@ -125,10 +125,15 @@ func TestInvalidCardsAreRefusedAndChangeNothing(t *testing.T) {
 		change(&sk)
 		return []api.A2ASkill{sk}
 	}
+	// Every case asks to withdraw the card (the loop sets Published false,
+	// but for the one without it), so a wrongly accepted one shows as a card
+	// no longer served.
+	const noPublished = "a card without published"
 	cases := []struct {
 		name string
 		req  api.A2ACardRequest
 	}{
+		{noPublished, api.A2ACardRequest{Description: "ok", Skills: []api.A2ASkill{skill("a")}}},
 		{"a description of 2001 characters", api.A2ACardRequest{Description: strings.Repeat("é", 2001)}},
 		{"33 skills", api.A2ACardRequest{Skills: many(33)}},
 		{"two skills with one id", api.A2ACardRequest{Skills: []api.A2ASkill{skill("a"), skill("a")}}},
@@ -145,9 +150,15 @@ func TestInvalidCardsAreRefusedAndChangeNothing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+" is a 422 invalid_card and changes nothing", func(t *testing.T) {
+			if tc.name != noPublished {
+				tc.req.Published = new(false)
+			}
 			_, err := s.Put(ctx, "carto", tc.req)
 			if me := mesh.AsError(err); me.Kind != mesh.KindUnprocessable || me.Code != "invalid_card" {
 				t.Fatalf("got %v", err)
+			}
+			if tc.name == noPublished && !strings.Contains(err.Error(), "published is required") {
+				t.Fatalf("got %v, want it to name the missing field", err)
 			}
 			after, err := s.PublishedCard(ctx, "carto")
 			if err != nil || !reflect.DeepEqual(after, before) {
@@ -158,7 +169,7 @@ func TestInvalidCardsAreRefusedAndChangeNothing(t *testing.T) {
 	t.Run("the bounds themselves are accepted", func(t *testing.T) {
 		sk := api.A2ASkill{ID: "A" + strings.Repeat("z", 63), Name: strings.Repeat("n", 128), Description: strings.Repeat("d", 1000), Tags: strings.Split(strings.Repeat(strings.Repeat("t", 64)+",", 15)+strings.Repeat("t", 64), ",")}
 		skills := append(many(31), sk)
-		if _, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: true, Description: strings.Repeat("é", 2000), Skills: skills}); err != nil {
+		if _, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: new(true), Description: strings.Repeat("é", 2000), Skills: skills}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -171,7 +182,7 @@ func TestPutSpendsTheAgentsRateBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("a Put past the budget is a 429 and publishes nothing", func(t *testing.T) {
-		_, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: true})
+		_, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: new(true)})
 		if !mesh.IsKind(err, mesh.KindRateLimited) {
 			t.Fatalf("got %v", err)
 		}
@@ -202,7 +213,7 @@ func TestCardURL(t *testing.T) {
 func TestReadMany(t *testing.T) {
 	s := newService(t)
 	ctx := context.Background()
-	if _, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: true, Description: "maps"}); err != nil {
+	if _, err := s.Put(ctx, "carto", api.A2ACardRequest{Published: new(true), Description: "maps"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("it answers the cards of the agents that exist, written or not", func(t *testing.T) {

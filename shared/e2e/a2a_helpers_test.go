@@ -81,7 +81,7 @@ func startA2AMesh(t *testing.T) *a2aMesh {
 func (m *a2aMesh) publish(t *testing.T, agent string, published bool) {
 	t.Helper()
 	m.st.Call(t, http.MethodPut, "/v1/agents/me/a2a-card", m.token(t, agent), api.A2ACardRequest{
-		Published: published, Description: agent + " answers A2A calls",
+		Published: &published, Description: agent + " answers A2A calls",
 		Skills: []api.A2ASkill{{ID: "echo", Name: "Echo", Description: "completes tasks", Tags: []string{"test"}}},
 	}, nil)
 }
@@ -109,6 +109,9 @@ type a2aHost struct {
 	mu    sync.Mutex
 	runs  map[string]int
 	order []string // message ids in the order the handler got them
+	// ran is closed (and replaced) at each run of the handler: waiters
+	// wake on it instead of polling.
+	ran   chan struct{}
 	ended chan struct{}
 	err   error
 	stop  func()
@@ -119,7 +122,7 @@ type a2aHost struct {
 func (m *a2aMesh) startTarget(t *testing.T) *a2aHost {
 	t.Helper()
 	api := meshclient.New(m.st.URL, m.keys[target])
-	h := &a2aHost{runs: map[string]int{}, ended: make(chan struct{})}
+	h := &a2aHost{runs: map[string]int{}, ran: make(chan struct{}), ended: make(chan struct{})}
 	agent := a2aconformance.Handler(api)
 	cfg := meshd.Config{
 		API: api, StateDir: t.TempDir(), Mode: meshd.ModePoll, Log: m.log.With("host", target),
@@ -129,6 +132,8 @@ func (m *a2aMesh) startTarget(t *testing.T) *a2aHost {
 				h.mu.Lock()
 				h.runs[env.MessageID]++
 				h.order = append(h.order, env.MessageID)
+				close(h.ran)
+				h.ran = make(chan struct{})
 				h.mu.Unlock()
 			}
 			return agent.Handle(ctx, env)
@@ -159,6 +164,40 @@ func (h *a2aHost) handled() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.order)
+}
+
+// waitFor waits until cond, called with h.mu held, holds over the
+// handler's runs; it wakes at each run and fails the test after a2aWait.
+func (h *a2aHost) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(a2aWait)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		ok, ran := cond(), h.ran
+		h.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ran:
+		case <-deadline.C:
+			t.Fatalf("waited %s for %s; the handler got %d messages", a2aWait, what, len(h.handled()))
+		}
+	}
+}
+
+// barrier sends bob one more message through c and waits until the
+// handler has run for it. meshd hands one agent's events to its handler in
+// seq order, so by then every event written before the barrier (a late
+// duplicate among them) has been handled too: a count read afterwards is
+// final, not a snapshot taken before the handler caught up.
+func (h *a2aHost) barrier(t *testing.T, c *a2aclient.Client) string {
+	t.Helper()
+	id := "tck-complete-task-barrier-" + a2a.NewMessageID()
+	sendOnce(t, c, textMessage(id, "barrier"))
+	h.waitFor(t, "the handler to run for the barrier "+id, func() bool { return h.runs[id] > 0 })
+	return id
 }
 
 // runsOf counts the handler's runs for messageID.

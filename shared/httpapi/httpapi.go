@@ -106,7 +106,7 @@ func (r *Request) Query(name string) string { return r.Event.QueryStringParamete
 func (r *Request) Body() []byte { return r.body }
 
 // Header returns a request header (API Gateway lower-cases names).
-func (r *Request) Header(name string) string { return header(r.Event.Headers, name) }
+func (r *Request) Header(name string) string { return Header(r.Event.Headers, name) }
 
 // Decode parses the JSON body into v strictly: unknown fields (field names
 // match exactly, not by folding case), trailing data and a missing body are
@@ -143,7 +143,11 @@ func jsonProblem(err error) string {
 	return "malformed JSON"
 }
 
-func header(h map[string]string, name string) string {
+// Header is the value of header name in an API Gateway event's headers h,
+// whatever its case: API Gateway lower-cases names, a test's event may not.
+// Handlers that httpapi.Lambda does not wrap (the OAuth token endpoint) use
+// it too.
+func Header(h map[string]string, name string) string {
 	if v, ok := h[strings.ToLower(name)]; ok {
 		return v
 	}
@@ -232,7 +236,7 @@ func checkBody(ev events.APIGatewayV2HTTPRequest, body []byte) error {
 	if len(body) == 0 {
 		return nil
 	}
-	if ct := header(ev.Headers, "Content-Type"); !IsJSONMediaType(ct) {
+	if ct := Header(ev.Headers, "Content-Type"); !IsJSONMediaType(ct) {
 		if ct == "" {
 			ct = "none"
 		}
@@ -268,7 +272,7 @@ func authenticate(ctx context.Context, auth Authenticator, mode AuthMode, ev eve
 	if mode == AuthPublic {
 		return Caller{}, nil
 	}
-	h := header(ev.Headers, "Authorization")
+	h := Header(ev.Headers, "Authorization")
 	scheme, cred, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(cred) == "" {
 		return Caller{}, mesh.Errorf(mesh.KindUnauthorized, "missing_token", "send Authorization: Bearer <token>")

@@ -206,3 +206,22 @@ func TestDecodeMatchesFieldNamesExactly(t *testing.T) {
 		})
 	}
 }
+
+func TestHeaderFindsANameWhateverItsCase(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+		want    string
+	}{
+		{"a lower-cased name, as API Gateway sends it, is found", map[string]string{"content-type": "application/json"}, "application/json"},
+		{"a name in another case, as a test may send it, is found", map[string]string{"CONTENT-TYPE": "application/json"}, "application/json"},
+		{"an absent name is empty", map[string]string{"accept": "*/*"}, ""},
+		{"no headers at all is empty", nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Header(c.headers, "Content-Type"); got != c.want {
+				t.Fatalf("Header = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

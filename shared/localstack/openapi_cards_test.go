@@ -96,6 +96,13 @@ func runCardScenario(t *testing.T, c *conformance, adminKey string, db *mysql.DB
 		Body: "client_id=card-bot&client_secret=x", ContentType: form, Want: 400, Code: "invalid_request", OffSpec: true})
 	c.do(call{Who: "a client repeats grant_type", Method: "POST", Path: oauthTokenPath,
 		Body: creds + "&grant_type=client_credentials", ContentType: form, Want: 400, Code: "invalid_request"})
+	c.do(call{Who: "a client sends no client authentication", Method: "POST", Path: oauthTokenPath,
+		Body: "grant_type=client_credentials", ContentType: form, Want: 401, Code: "invalid_client"})
+	unsupported := c.do(call{Who: "a client authenticates with a bearer token", Method: "POST", Path: oauthTokenPath, Auth: "Bearer x",
+		Body: "grant_type=client_credentials", ContentType: form, Want: 401, Code: "invalid_client"})
+	if unsupported.Header.Get("WWW-Authenticate") == "" {
+		t.Errorf("a 401 to an Authorization header without WWW-Authenticate: %v", unsupported.Header)
+	}
 	c.do(call{Who: "a client sends JSON", Method: "POST", Path: oauthTokenPath,
 		Body: map[string]string{"grant_type": "client_credentials", "client_id": "card-bot", "client_secret": key}, Want: 400, Code: "invalid_request", OffSpec: true})
 
@@ -107,6 +114,8 @@ func runCardScenario(t *testing.T, c *conformance, adminKey string, db *mysql.DB
 	c.do(call{Who: "card-bot reads its published card", Method: "GET", Path: "/v1/agents/me/a2a-card", Auth: bearer, Want: 200})
 	c.do(call{Who: "card-bot lists one skill id twice", Method: "PUT", Path: "/v1/agents/me/a2a-card", Auth: bearer,
 		Body: map[string]any{"published": true, "skills": []map[string]any{{"id": "a", "name": "A"}, {"id": "a", "name": "B"}}}, Want: 422, Code: "invalid_card"})
+	c.do(call{Who: "card-bot leaves out published", Method: "PUT", Path: "/v1/agents/me/a2a-card", Auth: bearer,
+		Body: map[string]any{"description": "Forgot the switch."}, Want: 422, Code: "invalid_card", OffSpec: true})
 	c.do(call{Who: "card-bot writes a description of 2001 characters", Method: "PUT", Path: "/v1/agents/me/a2a-card", Auth: bearer,
 		Body: map[string]any{"published": true, "description": strings.Repeat("d", 2001)}, Want: 422, Code: "invalid_card", OffSpec: true})
 	c.do(call{Who: "nobody signed in as an agent", Method: "GET", Path: "/v1/agents/me/a2a-card", Want: 401, Code: "missing_token", OffSpec: true})

@@ -5,7 +5,8 @@ package tasks
 // its initiator and the agent whose endpoint it calls its recipient; to any
 // other view the task does not exist. None of these reads spends a rate
 // token: the gateway spends a read call's one unit at its front, and
-// SendA2A, a write, spends its unit in its own transaction, as Send does.
+// SendA2A, a write, spends its unit in its own transaction, as Send does
+// (when that transaction fails, the gateway spends the unit afterwards).
 
 import (
 	"context"

@@ -40,6 +40,7 @@ func TestTheAccountPublishesEditsAndWithdrawsItsAgentsCard(t *testing.T) {
 		{"publishing serves the card under the agent's profile name", card, http.StatusOK, "", true},
 		{"editing keeps it served with the new words", map[string]any{"published": true, "description": "Ada's better helper."}, http.StatusOK, "", true},
 		{"an invalid skill id is a 422 and changes nothing", map[string]any{"published": false, "skills": []map[string]any{{"id": "no spaces", "name": "x"}}}, http.StatusUnprocessableEntity, "invalid_card", true},
+		{"a body without published is a 422 and keeps the card served", map[string]any{"description": "Ada's better helper."}, http.StatusUnprocessableEntity, "invalid_card", true},
 		{"an unknown field is a 400 and changes nothing", map[string]any{"published": false, "colour": "red"}, http.StatusBadRequest, "invalid_json", true},
 		{"withdrawing stops serving it", map[string]any{"published": false, "description": "Ada's better helper."}, http.StatusOK, "", false},
 	}

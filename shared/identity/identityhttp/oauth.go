@@ -32,7 +32,8 @@ const OAuthTokenFunction = "OAuthTokenFunction"
 const MaxOAuthBodyBytes = 4 << 10
 
 // OAuth 2.0 error codes (RFC 6749 §5.2) the endpoint answers, and the two
-// it uses for a throttled or unavailable server.
+// it uses for a throttled or unavailable server: slow_down is RFC 8628's
+// (§3.5), temporarily_unavailable RFC 6749 §4.1.2.1's.
 const (
 	OAuthInvalidRequest       = "invalid_request"
 	OAuthInvalidClient        = "invalid_client"
@@ -65,10 +66,10 @@ func OAuthToken(s *identity.Service, log *slog.Logger) httpapi.LambdaHandler {
 	}
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, _ error) {
 		start := time.Now()
-		basic := false
+		viaHeader := false
 		defer func() {
 			if p := recover(); p != nil {
-				resp = oauthError(log, ev, fmt.Errorf("panic: %v", p), basic)
+				resp = oauthError(log, ev, fmt.Errorf("panic: %v", p), viaHeader)
 			}
 			log.LogAttrs(ctx, slog.LevelInfo, "request",
 				slog.String("route", ev.RouteKey),
@@ -78,17 +79,17 @@ func OAuthToken(s *identity.Service, log *slog.Logger) httpapi.LambdaHandler {
 		}()
 		var creds clientCredentials
 		var err error
-		creds, basic, err = parseTokenRequest(ev)
+		creds, viaHeader, err = parseTokenRequest(ev)
 		if err != nil {
-			return oauthError(log, ev, err, basic), nil
+			return oauthError(log, ev, err, viaHeader), nil
 		}
 		tok, err := s.IssueOAuthToken(ctx, creds.id, creds.secret, ev.RequestContext.HTTP.SourceIP)
 		if err != nil {
-			return oauthError(log, ev, err, basic), nil
+			return oauthError(log, ev, err, viaHeader), nil
 		}
 		b, err := json.Marshal(tok)
 		if err != nil {
-			return oauthError(log, ev, err, basic), nil
+			return oauthError(log, ev, err, viaHeader), nil
 		}
 		return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusOK, Headers: oauthHeaders(), Body: string(b)}, nil
 	}
@@ -96,64 +97,67 @@ func OAuthToken(s *identity.Service, log *slog.Logger) httpapi.LambdaHandler {
 
 type clientCredentials struct{ id, secret string }
 
-// parseTokenRequest reads and checks a token request; basic reports
-// whether the client authenticated with HTTP Basic (its failures then carry
-// WWW-Authenticate).
-func parseTokenRequest(ev events.APIGatewayV2HTTPRequest) (creds clientCredentials, basic bool, err error) {
-	auth := header(ev.Headers, "Authorization")
-	scheme, cred, _ := strings.Cut(auth, " ")
-	basic = strings.EqualFold(scheme, "Basic")
-	if auth != "" && !basic {
-		return creds, false, badRequest("authenticate the client with HTTP Basic or client_id and client_secret in the body")
-	}
+// parseTokenRequest reads and checks a token request. viaHeader reports
+// whether the client sent an Authorization header (a 401 then carries
+// WWW-Authenticate, RFC 6749 §5.2). A malformed request is invalid_request;
+// a request without usable client authentication (none at all, an empty
+// id or secret, a scheme other than Basic) is invalid_client (§5.2: "no
+// client authentication included, or unsupported authentication method").
+func parseTokenRequest(ev events.APIGatewayV2HTTPRequest) (creds clientCredentials, viaHeader bool, err error) {
+	auth := httpapi.Header(ev.Headers, "Authorization")
+	viaHeader = auth != ""
 	if len(ev.Body) > MaxOAuthBodyBytes*4/3+4 {
-		return creds, basic, badRequest("the request body exceeds %d bytes", MaxOAuthBodyBytes)
+		return creds, viaHeader, badRequest("the request body exceeds %d bytes", MaxOAuthBodyBytes)
 	}
 	body := []byte(ev.Body)
 	if ev.IsBase64Encoded {
 		if body, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
-			return creds, basic, badRequest("the request body is not valid base64")
+			return creds, viaHeader, badRequest("the request body is not valid base64")
 		}
 	}
 	if len(body) > MaxOAuthBodyBytes {
-		return creds, basic, badRequest("the request body exceeds %d bytes", MaxOAuthBodyBytes)
+		return creds, viaHeader, badRequest("the request body exceeds %d bytes", MaxOAuthBodyBytes)
 	}
-	if !isFormMediaType(header(ev.Headers, "Content-Type")) {
-		return creds, basic, badRequest("send the parameters as Content-Type: application/x-www-form-urlencoded")
+	if !isFormMediaType(httpapi.Header(ev.Headers, "Content-Type")) {
+		return creds, viaHeader, badRequest("send the parameters as Content-Type: application/x-www-form-urlencoded")
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
-		return creds, basic, badRequest("the request body is not valid application/x-www-form-urlencoded")
+		return creds, viaHeader, badRequest("the request body is not valid application/x-www-form-urlencoded")
 	}
 	for k, v := range form {
 		if len(v) > 1 {
-			return creds, basic, badRequest("the parameter %.64q is repeated", k)
+			return creds, viaHeader, badRequest("the parameter %.64q is repeated", k)
 		}
 	}
 	switch gt := form.Get("grant_type"); {
 	case gt == "":
-		return creds, basic, badRequest("grant_type is missing")
+		return creds, viaHeader, badRequest("grant_type is missing")
 	case gt != "client_credentials":
-		return creds, basic, &oauthFailure{OAuthUnsupportedGrantType, "only grant_type=client_credentials is supported"}
+		return creds, viaHeader, &oauthFailure{OAuthUnsupportedGrantType, "only grant_type=client_credentials is supported"}
 	}
 	creds = clientCredentials{id: form.Get("client_id"), secret: form.Get("client_secret")}
-	if basic {
+	if viaHeader {
+		scheme, cred, _ := strings.Cut(auth, " ")
+		if !strings.EqualFold(scheme, "Basic") {
+			return clientCredentials{}, viaHeader, &oauthFailure{OAuthInvalidClient, "authenticate the client with HTTP Basic or client_id and client_secret in the body"}
+		}
 		if form.Has("client_secret") {
-			return clientCredentials{}, basic, badRequest("authenticate the client one way: HTTP Basic or client_secret in the body, not both")
+			return clientCredentials{}, viaHeader, badRequest("authenticate the client one way: HTTP Basic or client_secret in the body, not both")
 		}
 		id, secret, ok := parseBasic(cred)
 		if !ok {
-			return clientCredentials{}, basic, &oauthFailure{OAuthInvalidClient, "the Basic credentials are malformed"}
+			return clientCredentials{}, viaHeader, &oauthFailure{OAuthInvalidClient, "the Basic credentials are malformed"}
 		}
 		if form.Has("client_id") && creds.id != id {
-			return clientCredentials{}, basic, badRequest("client_id differs from the Basic credentials' client")
+			return clientCredentials{}, viaHeader, badRequest("client_id differs from the Basic credentials' client")
 		}
 		creds = clientCredentials{id: id, secret: secret}
 	}
 	if creds.id == "" || creds.secret == "" {
-		return clientCredentials{}, basic, badRequest("client_id and client_secret are required")
+		return clientCredentials{}, viaHeader, &oauthFailure{OAuthInvalidClient, "client authentication is missing: send client_id and client_secret"}
 	}
-	return creds, basic, nil
+	return creds, viaHeader, nil
 }
 
 // parseBasic decodes Basic credentials: base64 of client_id ":"
@@ -193,9 +197,12 @@ func oauthHeaders() map[string]string {
 }
 
 // oauthError maps err to the endpoint's answer: the one place where an
-// error of this route becomes a status and an OAuth error code. The status
-// of a mesh error is httpapi's (StatusOf), so both forms agree.
-func oauthError(log *slog.Logger, ev events.APIGatewayV2HTTPRequest, err error, basic bool) events.APIGatewayV2HTTPResponse {
+// error of this route becomes a status and an OAuth error code. A mesh
+// error is classified by httpapi.StatusOf, so a client's error (4xx) is
+// never answered as the server's (500 server_error is for real failures
+// only). viaHeader: the client sent an Authorization header, so a 401
+// carries WWW-Authenticate (RFC 6749 §5.2).
+func oauthError(log *slog.Logger, ev events.APIGatewayV2HTTPRequest, err error, viaHeader bool) events.APIGatewayV2HTTPResponse {
 	headers := oauthHeaders()
 	var body api.OAuthError
 	var status int
@@ -212,45 +219,39 @@ func oauthError(log *slog.Logger, ev events.APIGatewayV2HTTPRequest, err error, 
 			me = &mesh.Error{Kind: mesh.KindUnavailable, Code: "unavailable", Message: "the database is unreachable; retry later", Err: err}
 		}
 		status = httpapi.StatusOf(me.Kind)
-		switch me.Kind {
-		case mesh.KindUnauthorized:
+		switch {
+		case status == http.StatusUnauthorized:
 			body = api.OAuthError{Error: OAuthInvalidClient, ErrorDescription: "client authentication failed"}
-		case mesh.KindRateLimited:
+		case status == http.StatusTooManyRequests:
+			// RFC 8628's code (§3.5), the registered OAuth error for "slow
+			// down"; RFC 6749 §5.2 has none for throttling.
 			body = api.OAuthError{Error: OAuthSlowDown, ErrorDescription: me.Message}
-		case mesh.KindUnavailable:
+		case status == http.StatusServiceUnavailable:
 			body = api.OAuthError{Error: OAuthTemporarily, ErrorDescription: me.Message}
 			if me.RetryAfter <= 0 {
 				cp := *me // never change a shared error value
 				cp.RetryAfter = httpapi.UnavailableRetryAfter
 				me = &cp
 			}
+		case status < 500:
+			// Any other refusal of the request: OAuth answers it as a 400
+			// invalid_request (§5.2), with the mesh's words.
+			status = http.StatusBadRequest
+			body = api.OAuthError{Error: OAuthInvalidRequest, ErrorDescription: me.Message}
 		default:
 			status = http.StatusInternalServerError
 			body = api.OAuthError{Error: OAuthServerError, ErrorDescription: "internal error"}
 		}
-		if me.RetryAfter > 0 {
+		if me.RetryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
 			headers["Retry-After"] = strconv.Itoa(me.RetryAfter)
 		}
 	}
 	if status >= 500 {
 		log.Error("request failed", "route", ev.RouteKey, "request_id", ev.RequestContext.RequestID, "err", err)
 	}
-	if status == http.StatusUnauthorized && basic {
+	if status == http.StatusUnauthorized && viaHeader {
 		headers["WWW-Authenticate"] = `Basic realm="agentmesh", charset="UTF-8"`
 	}
 	b, _ := json.Marshal(body)
 	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: headers, Body: string(b)}
-}
-
-// header is a request header by name, whatever its case.
-func header(h map[string]string, name string) string {
-	if v, ok := h[strings.ToLower(name)]; ok {
-		return v
-	}
-	for k, v := range h {
-		if strings.EqualFold(k, name) {
-			return v
-		}
-	}
-	return ""
 }

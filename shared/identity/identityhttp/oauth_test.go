@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
+	"github.com/agentmesh/agentmesh/shared/mesh"
 )
 
 const oauthRoute = "POST /v1/oauth/token"
@@ -96,8 +99,9 @@ func TestOAuthTokenEndpoint(t *testing.T) {
 		ev     events.APIGatewayV2HTTPRequest
 		status int
 		code   string
-		// basic: a 401 must carry WWW-Authenticate
-		basic bool
+		// viaHeader: the client sent an Authorization header, so a 401 must
+		// carry WWW-Authenticate
+		viaHeader bool
 	}{
 		{"a wrong secret", oauthEvent(wrong, form, "", "198.51.100.2"), 401, "invalid_client", false},
 		{"a wrong secret as HTTP Basic", oauthEvent("grant_type=client_credentials", form, basicAuth("alice", key[:len(key)-4]+"AAAA"), "198.51.100.2"), 401, "invalid_client", true},
@@ -106,8 +110,12 @@ func TestOAuthTokenEndpoint(t *testing.T) {
 		{"malformed Basic credentials", oauthEvent("grant_type=client_credentials", form, "Basic !!!", "198.51.100.2"), 401, "invalid_client", true},
 		{"no grant_type", oauthEvent("client_id=alice&client_secret="+url.QueryEscape(key), form, "", "198.51.100.2"), 400, "invalid_request", false},
 		{"another grant", oauthEvent("grant_type=password&username=alice&password=x", form, "", "198.51.100.2"), 400, "unsupported_grant_type", false},
-		{"no client_secret", oauthEvent("grant_type=client_credentials&client_id=alice", form, "", "198.51.100.2"), 400, "invalid_request", false},
-		{"no client authentication at all", oauthEvent("grant_type=client_credentials", form, "", "198.51.100.2"), 400, "invalid_request", false},
+		{"no client_secret", oauthEvent("grant_type=client_credentials&client_id=alice", form, "", "198.51.100.2"), 401, "invalid_client", false},
+		{"no client_id", oauthEvent("grant_type=client_credentials&client_secret="+url.QueryEscape(key), form, "", "198.51.100.2"), 401, "invalid_client", false},
+		{"an empty client_secret", oauthEvent("grant_type=client_credentials&client_id=alice&client_secret=", form, "", "198.51.100.2"), 401, "invalid_client", false},
+		{"no client authentication at all", oauthEvent("grant_type=client_credentials", form, "", "198.51.100.2"), 401, "invalid_client", false},
+		{"HTTP Basic with an empty secret", oauthEvent("grant_type=client_credentials", form, basicAuth("alice", ""), "198.51.100.2"), 401, "invalid_client", true},
+		{"HTTP Basic with an empty client id", oauthEvent("grant_type=client_credentials", form, basicAuth("", key), "198.51.100.2"), 401, "invalid_client", true},
 		{"a repeated parameter", oauthEvent(creds+"&client_id=rita", form, "", "198.51.100.2"), 400, "invalid_request", false},
 		{"a JSON body", oauthEvent(`{"grant_type":"client_credentials","client_id":"alice","client_secret":"`+key+`"}`, "application/json", "", "198.51.100.2"), 400, "invalid_request", false},
 		{"no Content-Type", oauthEvent(creds, "", "", "198.51.100.2"), 400, "invalid_request", false},
@@ -116,7 +124,10 @@ func TestOAuthTokenEndpoint(t *testing.T) {
 		{"a body over 4 KiB", oauthEvent(creds+"&pad="+strings.Repeat("p", MaxOAuthBodyBytes), form, "", "198.51.100.2"), 400, "invalid_request", false},
 		{"HTTP Basic and client_secret both", oauthEvent(creds, form, basicAuth("alice", key), "198.51.100.2"), 400, "invalid_request", false},
 		{"HTTP Basic for one client and client_id of another", oauthEvent("grant_type=client_credentials&client_id=rita", form, basicAuth("alice", key), "198.51.100.2"), 400, "invalid_request", false},
-		{"a bearer token instead of client authentication", oauthEvent(creds, form, "Bearer x", "198.51.100.2"), 400, "invalid_request", false},
+		{"a bearer token instead of client authentication", oauthEvent("grant_type=client_credentials", form, "Bearer x", "198.51.100.2"), 401, "invalid_client", true},
+		{"a bearer token beside client credentials in the form", oauthEvent(creds, form, "Bearer x", "198.51.100.2"), 401, "invalid_client", true},
+		{"a Digest header", oauthEvent("grant_type=client_credentials", form, `Digest username="alice"`, "198.51.100.2"), 401, "invalid_client", true},
+		{"HTTP Basic with a JSON body", oauthEvent(`{"grant_type":"client_credentials"}`, "application/json", basicAuth("alice", key), "198.51.100.2"), 400, "invalid_request", false},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name+" is "+tc.code, func(t *testing.T) {
@@ -124,11 +135,46 @@ func TestOAuthTokenEndpoint(t *testing.T) {
 			if resp.StatusCode != tc.status || e.Error != tc.code {
 				t.Fatalf("got %d %s, want %d %s", resp.StatusCode, resp.Body, tc.status, tc.code)
 			}
-			if _, has := resp.Headers["WWW-Authenticate"]; has != tc.basic {
-				t.Fatalf("WWW-Authenticate %q (Basic used: %v)", resp.Headers["WWW-Authenticate"], tc.basic)
+			if _, has := resp.Headers["WWW-Authenticate"]; has != tc.viaHeader {
+				t.Fatalf("WWW-Authenticate %q (Authorization header sent: %v)", resp.Headers["WWW-Authenticate"], tc.viaHeader)
 			}
 			if strings.Contains(resp.Body, key[16:]) {
 				t.Fatalf("the answer repeats the secret: %s", resp.Body)
+			}
+		})
+	}
+}
+
+func TestOAuthErrorsKeepTheirClassAndOnlyServerFailuresAre500(t *testing.T) {
+	ev := oauthEvent("", "", "", "")
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"a refusal of the client", mesh.Errorf(mesh.KindUnauthorized, "key_revoked", "revoked"), 401, OAuthInvalidClient},
+		{"a spent rate budget", &mesh.Error{Kind: mesh.KindRateLimited, Code: "rate_limited", Message: "slow", RetryAfter: 2}, 429, OAuthSlowDown},
+		{"an unavailable dependency", mesh.Errorf(mesh.KindUnavailable, "unavailable", "later"), 503, OAuthTemporarily},
+		{"a forbidden request", mesh.Errorf(mesh.KindForbidden, "suspended", "the account is suspended"), 400, OAuthInvalidRequest},
+		{"a missing resource", mesh.Errorf(mesh.KindNotFound, "agent_not_found", "no agent"), 400, OAuthInvalidRequest},
+		{"a conflict", mesh.Errorf(mesh.KindConflict, "conflict", "conflict"), 400, OAuthInvalidRequest},
+		{"an unprocessable request", mesh.Errorf(mesh.KindUnprocessable, "invalid", "bad"), 400, OAuthInvalidRequest},
+		{"a plain Go error", errors.New("boom"), 500, OAuthServerError},
+		{"an internal mesh error", mesh.Errorf(mesh.KindInternal, "internal", "boom"), 500, OAuthServerError},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s is %d %s, never cached", tc.name, tc.status, tc.code), func(t *testing.T) {
+			resp := oauthError(quiet, ev, tc.err, false)
+			var e api.OAuthError
+			if err := json.Unmarshal([]byte(resp.Body), &e); err != nil || resp.StatusCode != tc.status || e.Error != tc.code {
+				t.Fatalf("got %d %s", resp.StatusCode, resp.Body)
+			}
+			if resp.Headers["Cache-Control"] != "no-store" || resp.Headers["Pragma"] != "no-cache" {
+				t.Fatalf("headers %v", resp.Headers)
+			}
+			if _, has := resp.Headers["Retry-After"]; has != (tc.status == 429 || tc.status == 503) {
+				t.Fatalf("Retry-After on %d: %v", tc.status, resp.Headers)
 			}
 		})
 	}
