@@ -547,3 +547,30 @@ func TestStreams(t *testing.T) {
 		}
 	})
 }
+
+func TestAStreamEndsAtStreamMaxAndTheClientResumesWithSubscribeToTask(t *testing.T) {
+	f := newFixture(t)
+	f.g.StreamMax = 300 * time.Millisecond
+	_, b := f.rpc(t, "alice", "bob", "SendMessage", map[string]any{"message": textMessage("m-quiet", ""), "configuration": map[string]any{"returnImmediately": true}})
+	id := sendResult(t, b).ID
+	for round := 1; round <= 2; round++ {
+		// Nothing moves the task: each stream gives the task, then ends at
+		// its bound, long before this client gives up on it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.base("bob"),
+			strings.NewReader(`{"jsonrpc":"2.0","id":"s","method":"SubscribeToTask","params":{"id":"`+id+`"}}`))
+		req.Header.Set("Authorization", "Bearer "+f.tokens["alice"])
+		req.Header.Set("Content-Type", "application/json")
+		var got []string
+		for d := range sseData(t, req) {
+			got = append(got, kind(t, d))
+		}
+		if ctx.Err() != nil {
+			t.Errorf("stream %d was still open after 10 s; StreamMax is 300 ms", round)
+		}
+		cancel()
+		if strings.Join(got, " ") != "task" {
+			t.Errorf("stream %d: events %v, want the task alone", round, got)
+		}
+	}
+}
