@@ -194,16 +194,10 @@ func (s *Service) SendA2A(ctx context.Context, caller string, req SendRequest) (
 	case !idPattern.MatchString(req.TaskID):
 		return SendResult{}, errTaskNotFound
 	}
-	for _, f := range [][2]string{{"message_id", req.MessageID}, {"context_id", req.ContextID}} {
-		if err := checkID(f[0], f[1]); err != nil {
-			return SendResult{}, err
-		}
-	}
-	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	parts, h, err := s.sendInput(req)
 	if err != nil {
 		return SendResult{}, err
 	}
-	h := hashed{Op: "send", To: req.To, TaskID: req.TaskID, ContextID: req.ContextID, Parts: parts}
 	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
 		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
 		if err != nil {

@@ -239,16 +239,10 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (Sen
 	case req.To == caller:
 		return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "cannot_message_self", "an agent cannot send a message to itself")
 	}
-	for _, f := range [][2]string{{"message_id", req.MessageID}, {"task_id", req.TaskID}, {"context_id", req.ContextID}} {
-		if err := checkID(f[0], f[1]); err != nil {
-			return SendResult{}, err
-		}
-	}
-	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	parts, h, err := s.sendInput(req)
 	if err != nil {
 		return SendResult{}, err
 	}
-	h := hashed{Op: "send", To: req.To, TaskID: req.TaskID, ContextID: req.ContextID, Parts: parts}
 	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
 		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
 		if err != nil {
@@ -295,6 +289,22 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (Sen
 		}
 		return s.appendMessage(ctx, tx, w, t, parts)
 	})
+}
+
+// sendInput checks a send's ids and parts, and returns the parts as stored
+// and the request's idempotency hash. Send and SendA2A share both, so a
+// retry is recognized whichever of the two took the message first.
+func (s *Service) sendInput(req SendRequest) (json.RawMessage, hashed, error) {
+	for _, f := range [][2]string{{"message_id", req.MessageID}, {"task_id", req.TaskID}, {"context_id", req.ContextID}} {
+		if err := checkID(f[0], f[1]); err != nil {
+			return nil, hashed{}, err
+		}
+	}
+	parts, err := validateParts(req.Parts, s.MaxMessageBytes)
+	if err != nil {
+		return nil, hashed{}, err
+	}
+	return parts, hashed{Op: "send", To: req.To, TaskID: req.TaskID, ContextID: req.ContextID, Parts: parts}, nil
 }
 
 // appendMessage stores a message of w.caller in t and its event for the
