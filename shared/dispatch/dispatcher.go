@@ -99,7 +99,10 @@ func (p KafkaPublisher) Publish(ctx context.Context, recs []*kgo.Record) []error
 //     as an mesh.EventUndeliverable placeholder with its seq and event_id,
 //     so one bad event never holds up its recipient or fails a batch;
 //   - a dispatcher killed mid-batch rolls back: its events stay pending and are
-//     published again (duplicates that meshd drops by seq).
+//     published again (duplicates that meshd drops by seq);
+//   - a batch is published once: a deadlock or lock wait after its publish
+//     never runs the publish again, the outcome Kafka gave is settled in a
+//     fresh transaction instead (see RunOnce).
 //
 // One Dispatcher may run several Runs at once (overlapping scheduled runs).
 type Dispatcher struct {
@@ -129,6 +132,10 @@ type Dispatcher struct {
 	cursorMu sync.Mutex
 	cursor   string
 	pushes   pushGate
+	// settleFault, set by tests only (export_test.go), runs where a batch's
+	// settle starts; an error it returns fails that settle as the database
+	// would (a deadlock, say).
+	settleFault func() error
 }
 
 // Stats counts what one batch did.
@@ -307,6 +314,12 @@ func (d *Dispatcher) oldestPendingAge(ctx context.Context) (time.Duration, error
 
 // RunOnce publishes one batch: up to Recipients due recipients, each with up
 // to PerRecipient pending events in seq order.
+//
+// A batch is published at most once per call. The transaction that locks,
+// reads, publishes and settles it is retried by InTx on a deadlock or lock
+// wait only until it has published; a retryable failure after that (in the
+// settle or at the commit) settles the outcome Kafka already gave in a fresh
+// transaction (resettle) and never publishes again.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	d.defaults()
 	now := d.Clock()
@@ -316,7 +329,13 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	}
 	var st Stats
 	var published []pushed
+	var out *outcome // set once Publish has returned: Kafka has the batch
 	err = d.DB.InTx(ctx, func(tx *sql.Tx) error {
+		if out != nil {
+			// InTx retries a deadlock by running this again, which would
+			// publish the batch a second time: stop, and resettle below.
+			return errPublished
+		}
 		st, published = Stats{}, nil
 		held, err := lockRecipients(ctx, tx, due, now)
 		if err != nil || len(held) == 0 {
@@ -325,16 +344,14 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		// Settle times are read once the recipients are held, so per
 		// recipient sent_at grows with seq even across dispatchers, and the
 		// janitor always expires a prefix.
-		settledAt := d.Clock()
-		st.Recipients = len(held)
-		batches := make([]batch, 0, len(held))
-		var recs []*kgo.Record
+		o := &outcome{settledAt: d.Clock(), batches: make([]batch, 0, len(held))}
+		o.st.Recipients = len(held)
 		for _, h := range held {
 			rows, err := pendingRows(ctx, tx, h.recipient, d.PerRecipient)
 			if err != nil {
 				return err
 			}
-			b := batch{holder: h, rows: rows, errs: make([]error, len(rows)), first: len(recs)}
+			b := batch{holder: h, rows: rows, errs: make([]error, len(rows)), first: len(o.recs)}
 			for i, r := range rows {
 				rec, placeholder, err := d.buildRecord(r)
 				if err != nil {
@@ -345,30 +362,27 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 					break
 				}
 				if placeholder {
-					st.Undeliverable++
+					o.st.Undeliverable++
 				}
-				recs = append(recs, rec)
+				o.recs = append(o.recs, rec)
 				b.sent++
 			}
-			batches = append(batches, b)
+			o.batches = append(o.batches, b)
 		}
 		pctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
-		errs := d.Publisher.Publish(pctx, recs)
+		errs := d.Publisher.Publish(pctx, o.recs)
 		cancel()
-		for _, b := range batches {
+		for _, b := range o.batches {
 			copy(b.errs, errs[b.first:b.first+b.sent])
-			if err := d.settle(ctx, tx, b.holder, b.rows, b.errs, settledAt, &st); err != nil {
-				return err
-			}
-			if d.Pusher != nil {
-				// What settle marks sent: the prefix Kafka acknowledged.
-				for i := 0; i < b.sent && b.errs[i] == nil; i++ {
-					published = append(published, pushed{agentID: b.recipient, seq: b.rows[i].env.Seq, value: recs[b.first+i].Value})
-				}
-			}
 		}
-		return nil
+		out = o
+		st, published = o.st, nil
+		return d.settleAll(ctx, tx, o, o.batches, &st, &published)
 	})
+	if errors.Is(err, errPublished) {
+		// The transaction that published failed retryably after the publish.
+		st, published, err = d.resettle(ctx, out)
+	}
 	if err != nil {
 		return st, err
 	}
@@ -385,6 +399,102 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		d.Metrics.Emit(map[string]float64{"OutboxUndeliverable": float64(st.Undeliverable)})
 	}
 	return st, nil
+}
+
+// errPublished stops InTx from running a batch's transaction again once it
+// has published. It is not retryable, so InTx returns it at once.
+var errPublished = errors.New("dispatch: batch already published; settling its outcome")
+
+// outcome is a published batch: what Kafka said about each record, kept so
+// that a failed settle can be redone without publishing again.
+type outcome struct {
+	settledAt time.Time
+	batches   []batch
+	recs      []*kgo.Record
+	st        Stats // Recipients and Undeliverable, known before the settle
+}
+
+// settleAll settles bs (batches of o) in tx, adding to st what it marks and
+// to published the records to push once tx commits.
+func (d *Dispatcher) settleAll(ctx context.Context, tx *sql.Tx, o *outcome, bs []batch, st *Stats, published *[]pushed) error {
+	if d.settleFault != nil {
+		if err := d.settleFault(); err != nil {
+			return err
+		}
+	}
+	for _, b := range bs {
+		if err := d.settle(ctx, tx, b.holder, b.rows, b.errs, o.settledAt, st); err != nil {
+			return err
+		}
+		if d.Pusher != nil {
+			// What settle marks sent: the prefix Kafka acknowledged.
+			for i := 0; i < b.sent && b.errs[i] == nil; i++ {
+				*published = append(*published, pushed{agentID: b.recipient, seq: b.rows[i].env.Seq, value: o.recs[b.first+i].Value})
+			}
+		}
+	}
+	return nil
+}
+
+// resettle settles a published batch whose own transaction failed after the
+// publish, in a fresh transaction that publishes nothing, so InTx may retry
+// it (a bounded number of times). It re-locks the recipients, SKIP LOCKED
+// like any batch: one held by another dispatcher is that one's to settle.
+// A recipient whose first row of the batch is no longer pending has been
+// published and settled again since the rollback (an overlapping run): its
+// state is left alone. Otherwise its rows are all still pending, and settle
+// marks exactly those (every UPDATE of it requires delivery = 'pending').
+//
+// If this fails too, the rows stay pending and a later run publishes them
+// again: delivery is at least once, and meshd drops the duplicates by seq.
+func (d *Dispatcher) resettle(ctx context.Context, o *outcome) (Stats, []pushed, error) {
+	byRecipient := make(map[string]int, len(o.batches))
+	due := make([]string, 0, len(o.batches))
+	for i, b := range o.batches {
+		if len(b.rows) > 0 {
+			byRecipient[b.recipient] = i
+			due = append(due, b.recipient)
+		}
+	}
+	var st Stats
+	var published []pushed
+	err := d.DB.InTx(ctx, func(tx *sql.Tx) error {
+		st, published = o.st, nil
+		if len(due) == 0 {
+			return nil
+		}
+		held, err := relockRecipients(ctx, tx, due)
+		if err != nil {
+			return err
+		}
+		bs := make([]batch, 0, len(held))
+		for _, h := range held {
+			b := o.batches[byRecipient[h.recipient]]
+			var still bool
+			if err := tx.QueryRowContext(ctx, "SELECT delivery = 'pending' FROM outbox_events WHERE recipient = ? AND seq = ?", h.recipient, b.rows[0].env.Seq).Scan(&still); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if still {
+				b.holder = h // its attempts as they are now
+				bs = append(bs, b)
+			}
+		}
+		return d.settleAll(ctx, tx, o, bs, &st, &published)
+	})
+	if err != nil {
+		return Stats{}, nil, fmt.Errorf("dispatch: settling a published batch (its rows stay pending and are published again): %w", err)
+	}
+	return st, published, nil
+}
+
+// relockRecipients locks the dispatch_state rows of recipients no other
+// dispatcher holds, whatever their backoff (resettle's batch was due).
+func relockRecipients(ctx context.Context, tx *sql.Tx, recipients []string) ([]holder, error) {
+	args := make([]any, len(recipients))
+	for i, r := range recipients {
+		args[i] = r
+	}
+	return scanHolders(tx.QueryContext(ctx, "SELECT recipient, attempts FROM dispatch_state WHERE recipient IN ("+mysql.Placeholders(len(recipients))+") ORDER BY recipient FOR UPDATE SKIP LOCKED", args...))
 }
 
 // batch is one held recipient's share of a publish: its rows, the outcome of
@@ -545,7 +655,11 @@ func lockRecipients(ctx context.Context, tx *sql.Tx, due []string, now time.Time
 		args = append(args, r)
 	}
 	args = append(args, now)
-	rows, err := tx.QueryContext(ctx, "SELECT recipient, attempts FROM dispatch_state WHERE recipient IN ("+mysql.Placeholders(len(due))+") AND next_attempt_at <= ? ORDER BY recipient FOR UPDATE SKIP LOCKED", args...)
+	return scanHolders(tx.QueryContext(ctx, "SELECT recipient, attempts FROM dispatch_state WHERE recipient IN ("+mysql.Placeholders(len(due))+") AND next_attempt_at <= ? ORDER BY recipient FOR UPDATE SKIP LOCKED", args...))
+}
+
+// scanHolders reads the (recipient, attempts) rows of a locking query.
+func scanHolders(rows *sql.Rows, err error) ([]holder, error) {
 	if err != nil {
 		return nil, err
 	}
