@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -129,15 +128,15 @@ func (e *cliEnv) preflight(ctx context.Context, api *meshclient.Client, dir, fro
 // --from says 0 (everything retained) or latest (only what arrives from
 // now on). An existing state is never moved.
 func (e *cliEnv) seedState(dir string, me meshclient.Me, from string, log *slog.Logger) error {
-	_, err := os.Stat(meshd.StatePath(dir, me.AgentID))
-	if err == nil {
+	exists, err := meshd.StateExists(dir, me.AgentID)
+	if err != nil {
+		return err
+	}
+	if exists {
 		if from != "" {
 			log.Warn("--from ignored: the state dir already has this agent's position", "state", meshd.StatePath(dir, me.AgentID))
 		}
 		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return err
 	}
 	var start int64
 	switch from {

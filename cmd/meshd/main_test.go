@@ -21,6 +21,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/meshd"
 )
 
 const secretKey = "amk_secretid_supersecretvalue"
@@ -240,9 +241,8 @@ func TestRunDeliversToTheHandlerAndStopsOnCancel(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not stop")
 	}
-	data, _ := os.ReadFile(filepath.Join(dir, "state", "bob.state.json"))
-	if !strings.Contains(string(data), `"last_seq":2`) {
-		t.Errorf("state %s", data)
+	if st, err := meshd.LoadState(filepath.Join(dir, "state"), "bob"); err != nil || st.LastSeq != 2 {
+		t.Errorf("state %+v err %v", st, err)
 	}
 	if !strings.Contains(strings.Join(*bodies, "\n"), "DELETE /v1/agents/me/online") {
 		t.Error("run did not go offline on stop")

@@ -157,7 +157,10 @@ func StateAgents(dir string) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".state.json")
+		id, ok := strings.CutSuffix(e.Name(), ".state")
+		if !ok {
+			id, ok = strings.CutSuffix(e.Name(), ".state.json") // the old format, before its first run converts it
+		}
 		if !ok {
 			id, ok = strings.CutSuffix(e.Name(), ".deadletters")
 		}

@@ -198,7 +198,7 @@ func callHandler(ctx context.Context, h Handler, env mesh.Envelope) (err error) 
 
 func (r *runner) persist() error {
 	r.state.UpdatedAt = r.cfg.Clock()
-	if err := SaveState(r.cfg.StateDir, r.state); err != nil {
+	if err := r.stateFile.Save(r.state); err != nil {
 		return err
 	}
 	r.dirty = false

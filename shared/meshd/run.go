@@ -239,7 +239,8 @@ type runner struct {
 	refreshedFor int
 	mode         atomic.Value // string: ModeKafka, ModePush or ModePoll, read by heartbeats
 	state        State
-	dirty        bool // state.Offset moved without being persisted
+	stateFile    *stateFile // open for the run; persist saves through it
+	dirty        bool       // state.Offset moved without being persisted
 	flushed      time.Time
 
 	running    inFlight     // the handler run in progress
@@ -318,9 +319,12 @@ func Run(ctx context.Context, cfg Config) error {
 // this instance, so the goodbye that follows applies to it.
 func (r *runner) run(ctx context.Context, tok meshclient.Token) error {
 	var err error
-	if r.state, err = LoadState(r.cfg.StateDir, r.agentID); err != nil {
+	// The state file stays open for the run (under the state lock Run took):
+	// each mark is then one write and one fdatasync.
+	if r.stateFile, r.state, err = openStateFile(r.cfg.StateDir, r.agentID); err != nil {
 		return err
 	}
+	defer r.stateFile.Close()
 	r.handled.Store(r.state.LastSeq)
 	r.flushed = r.cfg.Clock()
 	if err := r.firstHeartbeat(ctx); err != nil {

@@ -14,9 +14,10 @@ import (
 )
 
 // State is what meshd remembers between runs: the highest seq its handler
-// completed and the Kafka position it had consumed. It is written atomically
-// after every handled event, so a crash never runs a handler twice for an
-// event it had marked.
+// completed and the Kafka position it had consumed. It is made durable
+// after every handled event (one write and one fdatasync of a checksummed
+// slot, see stateFile), so a crash never runs a handler twice for an event
+// it had marked.
 type State struct {
 	AgentID string `json:"agent_id"`
 	// LastSeq is the highest seq handled; every seq ≤ LastSeq is done.
@@ -33,29 +34,49 @@ type State struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// StatePath is where the state of agentID lives under dir.
+// StatePath is where the state of agentID lives under dir. The old JSON
+// state (<agent>.state.json) is converted into it on the first run.
 func StatePath(dir, agentID string) string {
-	return filepath.Join(dir, agentID+".state.json")
+	return filepath.Join(dir, agentID+".state")
 }
 
-// LoadState reads the state of agentID from dir. A missing file is a fresh
-// state (nothing handled yet); a file that is unreadable, corrupt or belongs
-// to another agent is an error, never silently reset, because resetting
-// would run the handler again for everything.
+// StateExists reports whether dir holds a state of agentID, in either
+// format.
+func StateExists(dir, agentID string) (bool, error) {
+	for _, p := range []string{StatePath(dir, agentID), legacyStatePath(dir, agentID)} {
+		_, err := os.Stat(p)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// LoadState reads the state of agentID from dir without changing anything
+// (meshd status reads it while a run holds the lock). A missing file is a
+// fresh state (nothing handled yet); a file that is unreadable, corrupt in
+// both slots or belongs to another agent is an error, never silently reset,
+// because resetting would run the handler again for everything. An
+// old-format file is read as it is; the next run converts it.
 func LoadState(dir, agentID string) (State, error) {
-	var s State
+	if !mesh.ValidAgentID(agentID) {
+		return State{}, fmt.Errorf("meshd: invalid agent id %q", agentID)
+	}
 	path := StatePath(dir, agentID)
-	found, err := ReadAgentFile("meshd", "state", path, agentID, &s, func() string { return s.AgentID })
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		s, _, err := loadLegacyState(dir, agentID)
+		return s, err
+	}
 	if err != nil {
-		return State{}, err
+		return State{}, fmt.Errorf("meshd: read state: %w", err)
 	}
-	if !found {
-		return State{AgentID: agentID, Offset: -1}, nil
-	}
-	if s.LastSeq < 0 || s.Offset < -1 {
-		return State{}, fmt.Errorf("meshd: state file %s holds impossible values (last_seq %d, offset %d)", path, s.LastSeq, s.Offset)
-	}
-	return s, nil
+	defer f.Close()
+	s, _, _, err := readStateSlots(f, path, agentID)
+	return s, err
 }
 
 // ReadAgentFile reads the per-agent JSON file at path into v, for meshd's
@@ -85,21 +106,20 @@ func ReadAgentFile(pkg, noun, path, agentID string, v any, owner func() string) 
 	return true, nil
 }
 
-// SaveState writes s to dir atomically (statedir.Put): a reader, or
-// a restart after a crash at any point, sees either the old or the new
-// state, never a torn one.
+// SaveState writes s into dir durably: opened (an old-format file
+// converted), saved, closed. For the CLI, which changes the state once; a run
+// keeps its stateFile open instead. The caller must not race a run (the
+// run's state lock).
 func SaveState(dir string, s State) error {
-	if !mesh.ValidAgentID(s.AgentID) {
-		return fmt.Errorf("meshd: invalid agent id %q", s.AgentID)
-	}
-	data, err := json.Marshal(s)
+	sf, _, err := openStateFile(dir, s.AgentID)
 	if err != nil {
 		return err
 	}
-	if err := statedir.Put(dir, filepath.Base(StatePath(dir, s.AgentID)), data); err != nil {
-		return fmt.Errorf("meshd: %w", err)
+	if err := sf.Save(s); err != nil {
+		_ = sf.Close()
+		return err
 	}
-	return nil
+	return sf.Close()
 }
 
 // lockState takes an exclusive lock on the agent's state so two meshd
