@@ -2,7 +2,7 @@ package apigwlocal
 
 import (
 	"context"
-	"crypto/rand"
+
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/shared/samtemplate"
 )
@@ -135,7 +136,7 @@ func (u *urlFunctions) shutdown(ctx context.Context) error {
 // function run under its timeout and the client's connection, and its
 // response streamed back as it is written.
 func (u *urlFunctions) serve(w http.ResponseWriter, r *http.Request, f *urlFunction) {
-	requestID := newUUID()
+	requestID := uuid.NewString() // a random UUID, the form of Lambda's request ids
 	w.Header().Set("X-Amzn-Requestid", requestID)
 	// The client going away or the timeout passing cancels the function,
 	// as does Shutdown.
@@ -360,13 +361,4 @@ func BuildURLEvent(r *http.Request, body []byte, requestID string, now time.Time
 		Body:            p.body,
 		IsBase64Encoded: p.isBase64,
 	}
-}
-
-// newUUID is a random (version 4) UUID, the form of Lambda's request ids.
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }

@@ -251,7 +251,7 @@ func (s *Service) ReadMany(ctx context.Context, agentIDs []string) (map[string]a
 		args[i] = id
 	}
 	// The one "IN (?)" of the statement grows to one placeholder per id.
-	query := strings.Replace(readManySQL, "IN (?)", "IN (?"+strings.Repeat(", ?", len(agentIDs)-1)+")", 1)
+	query := strings.Replace(readManySQL, "IN (?)", "IN ("+mysql.Placeholders(len(agentIDs))+")", 1)
 	rows, err := s.DB.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
