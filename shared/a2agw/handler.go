@@ -195,9 +195,14 @@ func (h *meshHandler) SendMessage(ctx context.Context, req *a2a.SendMessageReque
 	if err != nil {
 		return nil, err
 	}
-	t, d, err := h.task(ctx, res.TaskID, hist)
-	if err != nil || immediate {
+	if immediate {
+		t, _, err := h.task(ctx, res.TaskID, hist)
 		return t, err
+	}
+	// Only the state matters before the wait: the answer is read after it.
+	_, d, err := h.task(ctx, res.TaskID, 0)
+	if err != nil {
+		return nil, err
 	}
 	deadline := time.Now().Add(h.g.sendWait())
 	if stops(d.Status) {
@@ -209,7 +214,7 @@ func (h *meshHandler) SendMessage(ctx context.Context, req *a2a.SendMessageReque
 		return nil, err
 	}
 	// The answer is read after the wait, history included.
-	t, d, err = h.task(ctx, res.TaskID, max(hist, 1))
+	t, d, err := h.task(ctx, res.TaskID, max(hist, 1))
 	if err != nil {
 		return nil, err
 	}

@@ -79,10 +79,7 @@ func (s *Service) pairTask(ctx context.Context, initiator, recipient, taskID str
 	}
 	var head int64
 	if withHead {
-		if err := tx.QueryRowContext(ctx, inboxHeadSQL, initiator).Scan(&head); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, 0, mesh.ErrUnauthorized // the agent is gone
-			}
+		if head, err = inboxHead(ctx, tx, initiator); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -167,8 +164,13 @@ func (s *Service) ListPair(ctx context.Context, initiator, recipient string, q L
 // none): a follower that reads after it sees only what comes next.
 func (s *Service) InboxHead(ctx context.Context, agentID string) (int64, error) {
 	s.WithDefaults()
+	return inboxHead(ctx, s.DB, agentID)
+}
+
+// inboxHead is InboxHead's read, in q (a transaction or the pool).
+func inboxHead(ctx context.Context, q identity.Querier, agentID string) (int64, error) {
 	var seq int64
-	err := s.DB.QueryRowContext(ctx, inboxHeadSQL, agentID).Scan(&seq)
+	err := q.QueryRowContext(ctx, inboxHeadSQL, agentID).Scan(&seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, mesh.ErrUnauthorized // the agent is gone
 	}
