@@ -191,7 +191,7 @@ func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
 				slog.Int("status", resp.StatusCode),
 				slog.Duration("took", time.Since(start)))
 		}()
-		body, err := readBody(ev)
+		body, err := ReadBody(ev, MaxBodyBytes)
 		if err != nil {
 			return problem(log, ev, err), nil
 		}
@@ -210,9 +210,12 @@ func Lambda(auth Authenticator, log *slog.Logger, ep Endpoint) LambdaHandler {
 	}
 }
 
-func readBody(ev events.APIGatewayV2HTTPRequest) ([]byte, error) {
-	if len(ev.Body) > MaxBodyBytes*4/3+4 {
-		return nil, tooLarge()
+// ReadBody returns ev's body, base64-decoded when API Gateway encoded it,
+// refusing one over max bytes before and after decoding (a KindTooLarge
+// error) and one that is not valid base64 (KindInvalid, invalid_body).
+func ReadBody(ev events.APIGatewayV2HTTPRequest, max int) ([]byte, error) {
+	if len(ev.Body) > max*4/3+4 {
+		return nil, tooLarge(max)
 	}
 	body := []byte(ev.Body)
 	if ev.IsBase64Encoded {
@@ -221,8 +224,8 @@ func readBody(ev events.APIGatewayV2HTTPRequest) ([]byte, error) {
 			return nil, mesh.Errorf(mesh.KindInvalid, "invalid_body", "body is not valid base64")
 		}
 	}
-	if len(body) > MaxBodyBytes {
-		return nil, tooLarge()
+	if len(body) > max {
+		return nil, tooLarge(max)
 	}
 	return body, nil
 }
@@ -264,8 +267,8 @@ func IsJSONMediaType(ct string) bool {
 	return !ok || strings.EqualFold(cs, "utf-8")
 }
 
-func tooLarge() error {
-	return mesh.Errorf(mesh.KindTooLarge, "body_too_large", "request body exceeds %d bytes", MaxBodyBytes)
+func tooLarge(max int) error {
+	return mesh.Errorf(mesh.KindTooLarge, "body_too_large", "request body exceeds %d bytes", max)
 }
 
 func authenticate(ctx context.Context, auth Authenticator, mode AuthMode, ev events.APIGatewayV2HTTPRequest) (Caller, error) {

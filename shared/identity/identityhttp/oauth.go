@@ -106,17 +106,12 @@ type clientCredentials struct{ id, secret string }
 func parseTokenRequest(ev events.APIGatewayV2HTTPRequest) (creds clientCredentials, viaHeader bool, err error) {
 	auth := httpapi.Header(ev.Headers, "Authorization")
 	viaHeader = auth != ""
-	if len(ev.Body) > MaxOAuthBodyBytes*4/3+4 {
+	body, err := httpapi.ReadBody(ev, MaxOAuthBodyBytes)
+	switch {
+	case mesh.IsKind(err, mesh.KindTooLarge):
 		return creds, viaHeader, badRequest("the request body exceeds %d bytes", MaxOAuthBodyBytes)
-	}
-	body := []byte(ev.Body)
-	if ev.IsBase64Encoded {
-		if body, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
-			return creds, viaHeader, badRequest("the request body is not valid base64")
-		}
-	}
-	if len(body) > MaxOAuthBodyBytes {
-		return creds, viaHeader, badRequest("the request body exceeds %d bytes", MaxOAuthBodyBytes)
+	case err != nil:
+		return creds, viaHeader, badRequest("the request body is not valid base64")
 	}
 	if !isFormMediaType(httpapi.Header(ev.Headers, "Content-Type")) {
 		return creds, viaHeader, badRequest("send the parameters as Content-Type: application/x-www-form-urlencoded")
