@@ -574,3 +574,32 @@ func TestAStreamEndsAtStreamMaxAndTheClientResumesWithSubscribeToTask(t *testing
 		}
 	}
 }
+
+func TestAWaitingCallTakesNoneOfTheCallersLongPollSlots(t *testing.T) {
+	f := newFixture(t)
+	f.g.SendWait = 2 * time.Second
+	// bob never answers: the blocking send waits its whole SendWait,
+	// following alice's inbox, while the test looks at her slots.
+	done := make(chan []byte)
+	go func() {
+		_, b := f.rpc(t, "alice", "bob", "SendMessage", map[string]any{"message": textMessage("m-slots", "")})
+		done <- b
+	}()
+	for looks := 0; ; looks++ {
+		var held int
+		if err := f.db.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM inbox_polls WHERE agent_id = 'alice'").Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Fatalf("alice holds %d long-poll slots while her A2A call waits: her meshd could not poll", held)
+		}
+		select {
+		case b := <-done:
+			if got := sendResult(t, b); got.Status.State != "TASK_STATE_SUBMITTED" || looks == 0 {
+				t.Errorf("%+v after %d looks", got, looks)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -42,17 +42,13 @@ const followSlice = outbox.MaxInboxWait
 // followBatch is how many inbox events one poll reads.
 const followBatch = 100
 
-// inbox is the caller-side inbox reader: the tasks service's, without the
-// lease statements (its DB is read-only here), so no slot is taken.
+// inbox is the caller-side inbox reader: the tasks service's, taking none
+// of the long-poll slots the caller's own meshd polls with.
 func (g *Gateway) inbox() outbox.Inbox {
 	in := g.Tasks.Inbox
-	in.DB = readOnly{g.Tasks.DB}
-	in.Leases = nil
+	in.Uncapped = true
 	return in
 }
-
-// readOnly hides ExecContext, which outbox.Inbox uses to take slots.
-type readOnly struct{ outbox.Querier }
 
 // followed is what a follow saw of its task.
 type followed struct {

@@ -173,6 +173,10 @@ type Inbox struct {
 	// DB is used if it can execute statements (*sql.DB can); otherwise
 	// polls are not capped.
 	Leases Execer
+	// Uncapped makes waits take no slot at all: for a reader that bounds
+	// its waits itself and must not use the slots an agent's own meshd
+	// polls with (the A2A gateway following a caller's inbox).
+	Uncapped bool
 	// MaxPolls caps how many long polls one agent holds at once, across
 	// every function instance (default DefaultMaxPolls): a further request
 	// that would wait answers at once with what there is (an empty page),
@@ -295,6 +299,9 @@ WHERE agent_id = ? AND slot = ? AND expires_at < UTC_TIMESTAMP(6)`
 // hold takes one of recipient's long-poll slots for up to wait (plus a
 // grace): ok is false when all are held by live polls. release frees it.
 func (in Inbox) hold(ctx context.Context, recipient string, wait time.Duration) (release func(), ok bool, err error) {
+	if in.Uncapped {
+		return func() {}, true, nil
+	}
 	db := in.Leases
 	if db == nil {
 		if db, ok = in.DB.(Execer); !ok {
