@@ -15,13 +15,13 @@ import (
 )
 
 // measureLatency runs the project's own BenchmarkDeliveryLatency (make
-// latency) at 50 and 200 msg/s with both handlers and meshd in push, Kafka
+// latency) at 50, 200 and 500 msg/s with both handlers and meshd in push, Kafka
 // and poll mode side by side, and reads back every latency it measured, for
 // the table and the CDF.
 func measureLatency(t *testing.T, r *Results) {
 	root := repoRoot(t)
 	out := filepath.Join(t.TempDir(), "latency.jsonl")
-	rates := sized("50,200", "50")
+	rates := sized("50,200,500", "50")
 	say("latency: BenchmarkDeliveryLatency at %s msg/s for %v each, push, kafka and poll mode, no-op and exec handlers", rates, *latDur)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
