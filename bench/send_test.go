@@ -57,6 +57,9 @@ func newSendEnv(t testing.TB, db *mysql.DB, tmpl events.APIGatewayV2HTTPRequest,
 	}
 	id := &identity.Service{DB: db, Clock: mesh.SystemClock, TokenTTL: time.Hour, Sealer: sealer,
 		JWTKeys: []config.JWTKey{{ID: "bench", Secret: jwtKey}}}
+	// The public half parsed once, as config.Load hands it to a function
+	// (MESH_JWT_PUBLIC_KEYS), not derived from the seed on every request.
+	id.JWTPublicKeys = []config.JWTPublicKey{id.JWTKeys[0].Public()}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	svc := &tasks.Service{DB: db, Clock: mesh.SystemClock, Log: log}
 	return &sendEnv{db: db, h: httpapi.Lambda(identityhttp.Authenticator(id), log, taskshttp.Endpoints(svc).Must("SendMessageFunction")), tmpl: tmpl, body: body}

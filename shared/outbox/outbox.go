@@ -152,6 +152,29 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 	return nil
 }
 
+// InsertTaken inserts one event whose seq the caller already took from the
+// recipient's counter in tx (e.Seq, see identity.TakeRateBumping), sealed
+// under epoch, the recipient's key_epoch read under a share lock that tx
+// still holds (identity.OpenSendGate): Append's INSERT without its
+// counter and epoch statements. It fills e.EventID when empty.
+func InsertTaken(ctx context.Context, tx *sql.Tx, e *Event, epoch int) error {
+	if e.EventID == "" {
+		e.EventID = NewEventID()
+	}
+	var group, trace any
+	if e.GroupID != "" {
+		group = e.GroupID
+	}
+	if e.TraceID != "" {
+		trace = e.TraceID
+	}
+	if _, err := tx.ExecContext(ctx, insertEventsSQL, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
+		e.MessageID, epoch, string(e.Body), trace, e.OccurredAt); err != nil {
+		return fmt.Errorf("outbox: insert: %w", err)
+	}
+	return nil
+}
+
 // bumpCounters adds count to the counters of chunk (sorted) and returns
 // their new values; args and in are lockCountersSQL's and readCountersSQL's
 // arguments.

@@ -201,11 +201,12 @@ func (s *Service) SendA2A(ctx context.Context, caller string, req SendRequest) (
 		return SendResult{}, err
 	}
 	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
-		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
+		// CanCommunicate's answer in one statement (see Send).
+		gate, err := identity.OpenSendGate(ctx, tx, caller, req.To, "")
 		if err != nil {
 			return SendResult{}, err
 		}
-		if !ok {
+		if !gate.Reachable {
 			return SendResult{}, errTaskNotFound
 		}
 		t, err := lockTask(ctx, tx, req.TaskID, caller)

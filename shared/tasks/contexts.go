@@ -13,8 +13,9 @@ import (
 // Conversations own their context. A context_id belongs either to a group
 // (mesh_groups.context_id: every fan-out of the group, and any task two of
 // its members start in it) or to the two agents whose first task used it
-// (task_contexts, registered by that task, whether the client named the id
-// or the server minted it). A new task may name a context only if its two
+// (task_contexts, registered by that task when the client named the id; an
+// id the server mints is that first task's own id, and the task row is the
+// registration). A new task may name a context only if its two
 // parties share it:
 //
 //   - a group's context: both are members of that group now;
@@ -30,6 +31,11 @@ const (
 	bothMembersSQL    = `SELECT COUNT(*) FROM group_members WHERE group_id = ? AND agent_id IN (?, ?)`
 	insertContextSQL  = `INSERT INTO task_contexts (context_id, party_a, party_b, created_at) VALUES (?, ?, ?, ?)`
 	contextPartiesSQL = `SELECT party_a, party_b FROM task_contexts WHERE context_id = ? LOCK IN SHARE MODE`
+	// mintedContextSQL finds the task whose id the server minted as its
+	// context (Send without a context_id): its parties own the context,
+	// which has no task_contexts row. A locking read sees it whatever the
+	// snapshot; the id was unknown to anyone before that task committed.
+	mintedContextSQL = `SELECT initiator, recipient FROM tasks WHERE task_id = ? AND context_id = task_id LOCK IN SHARE MODE`
 )
 
 // registerContext records contextID as the two-party context of a and b
@@ -66,11 +72,22 @@ func claimContext(ctx context.Context, tx *sql.Tx, contextID, a, b string, now t
 	case !errors.Is(err, sql.ErrNoRows):
 		return "", err
 	}
+	lo, hi := min(a, b), max(a, b)
+	var ini, rcpt string
+	err = tx.QueryRowContext(ctx, mintedContextSQL, contextID).Scan(&ini, &rcpt)
+	switch {
+	case err == nil:
+		if min(ini, rcpt) != lo || max(ini, rcpt) != hi {
+			return "", errContextMismatch()
+		}
+		return "", nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return "", err
+	}
 	err = registerContext(ctx, tx, contextID, a, b, now)
 	if err == nil || !mysql.IsDuplicate(err) {
 		return "", err
 	}
-	lo, hi := min(a, b), max(a, b)
 	var pa, pb string
 	if err := tx.QueryRowContext(ctx, contextPartiesSQL, contextID).Scan(&pa, &pb); err != nil {
 		return "", err

@@ -80,6 +80,27 @@ func TestIdempotentWrites(t *testing.T) {
 		}
 	})
 
+	t.Run("a retry after the recipient blocked the sender still returns the original answer, and a new send is 403", func(t *testing.T) {
+		first := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("before the block"), MessageID: "pre-block"})
+		if _, err := f.db.Exec("INSERT INTO agent_blocks (agent_id, blocked_id, created_at) VALUES ('bob', 'alice', ?)", f.clock()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := f.db.Exec("DELETE FROM agent_blocks WHERE agent_id = 'bob' AND blocked_id = 'alice'"); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		again := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("before the block"), MessageID: "pre-block"})
+		if again != first {
+			t.Fatalf("retry answered %+v, first answer %+v", again, first)
+		}
+		r := f.call(t, req{fn: "SendMessageFunction", caller: "alice", method: "POST", path: "/v1/messages",
+			body: tasks.SendRequest{To: "bob", Parts: text("after the block"), MessageID: "post-block"}})
+		if r.Status != 403 || r.code() != "not_reachable" {
+			t.Fatalf("a new send after the block: %d %s", r.Status, r.Body)
+		}
+	})
+
 	t.Run("a retried status move answers the same and emits one event", func(t *testing.T) {
 		task := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("work")})
 		move := map[string]string{"status": "working", "message_id": "start-1"}

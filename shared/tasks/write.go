@@ -230,6 +230,14 @@ type hashed struct {
 // gets the same 403 not_reachable as an existing stranger, so the route
 // does not reveal which agent ids exist.
 func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (SendResult, error) {
+	return s.SendKey(ctx, caller, "", req)
+}
+
+// SendKey is Send for a caller whose token was verified but not its API
+// key's liveness (keyID; "" when already checked): a revoked key is 401
+// key_revoked, checked inside the send's transaction (newTask) or just
+// before it (a message in an existing task).
+func (s *Service) SendKey(ctx context.Context, caller, keyID string, req SendRequest) (SendResult, error) {
 	s.WithDefaults()
 	switch {
 	case req.To == "":
@@ -243,52 +251,213 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (Sen
 	if err != nil {
 		return SendResult{}, err
 	}
+	if req.TaskID == "" {
+		return s.newTask(ctx, caller, keyID, req, parts, h)
+	}
+	if keyID != "" {
+		if err := identity.CheckKey(ctx, s.DB, caller, keyID); err != nil {
+			return SendResult{}, err
+		}
+	}
 	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
-		ok, err := identity.CanCommunicate(ctx, tx, caller, req.To)
+		gate, err := identity.OpenSendGate(ctx, tx, caller, req.To, "")
 		if err != nil {
 			return SendResult{}, err
 		}
-		if !ok {
+		if !gate.Reachable {
 			return SendResult{}, mesh.ErrNotReachable
 		}
-		var t *Task
-		if req.TaskID != "" {
-			if t, err = lockTask(ctx, tx, req.TaskID, caller); err != nil {
-				return SendResult{}, err
-			}
-			switch {
-			case other(t, caller) != req.To:
-				return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "recipient_mismatch", "task %s is between you and another agent, not %s", t.TaskID, req.To)
-			case req.ContextID != "" && req.ContextID != t.ContextID:
-				return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "context_mismatch", "task %s belongs to context %s", t.TaskID, t.ContextID)
-			case mesh.TerminalTaskState(t.Status):
-				return SendResult{}, errTaskTerminal
-			}
-			t.UpdatedAt = w.now
-			if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
-				return SendResult{}, err
-			}
-		} else {
-			t = &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: caller, Recipient: req.To,
-				Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
-			if t.ContextID == "" {
-				// A context the server mints is a fresh random id: no group
-				// owns it and no pair has claimed it, so registering it is the
-				// whole claim (no read first).
-				t.ContextID = newID()
-				err = registerContext(ctx, tx, t.ContextID, caller, req.To, w.now)
-			} else {
-				t.GroupID, err = claimContext(ctx, tx, t.ContextID, caller, req.To, w.now)
-			}
-			if err != nil {
-				return SendResult{}, err
-			}
-			if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
-				return SendResult{}, err
-			}
+		t, err := lockTask(ctx, tx, req.TaskID, caller)
+		if err != nil {
+			return SendResult{}, err
+		}
+		switch {
+		case other(t, caller) != req.To:
+			return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "recipient_mismatch", "task %s is between you and another agent, not %s", t.TaskID, req.To)
+		case req.ContextID != "" && req.ContextID != t.ContextID:
+			return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "context_mismatch", "task %s belongs to context %s", t.TaskID, t.ContextID)
+		case mesh.TerminalTaskState(t.Status):
+			return SendResult{}, errTaskTerminal
+		}
+		t.UpdatedAt = w.now
+		if _, err := tx.ExecContext(ctx, touchTaskSQL, w.now, t.TaskID); err != nil {
+			return SendResult{}, err
 		}
 		return s.appendMessage(ctx, tx, w, t, parts)
 	})
+}
+
+// idemReadSQL is the new-task send's idempotency lookup, a plain read (a
+// locking one would hold a gap of the sender's keys and deadlock two sends
+// of one sender). A send reads it only when it has something else to say:
+// a fresh message_id, the usual case, is known fresh by the final INSERT
+// on the primary key, and one already taken fails there and reruns, reading
+// it first.
+const (
+	idemReadSQL = `SELECT request_hash, response FROM idempotency_keys WHERE sender = ? AND message_id = ?`
+	putIdemSQL  = `INSERT INTO idempotency_keys (sender, message_id, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?)`
+	// maxSendAttempts bounds the reruns of a new-task send whose idempotency
+	// key was taken: by a committed request (a retry) or by a duplicate
+	// committing meanwhile. The rerun answers it.
+	maxSendAttempts = 2
+)
+
+// errReplay rolls back a new-task send that found its request already
+// committed (its counter bump must not stay); errKeyTaken one whose
+// idempotency key was taken.
+var (
+	errReplay   = errors.New("tasks: replay of a committed send")
+	errKeyTaken = errors.New("tasks: idempotency key taken")
+)
+
+// newTask is a send that opens a task, in as few round trips as it can
+// (START, 6 statements, COMMIT with a client message_id):
+//
+//  1. identity.TakeRateBumping: the sender's rate token and the recipient's
+//     counter (the event's seq; the row stays locked until commit, so seqs
+//     are gapless and in commit order);
+//  2. identity.OpenSendGate: the key's liveness, who may talk to whom (held
+//     by share locks), the recipient's key_epoch;
+//  3. the task (a context the server mints is the task's own id, which
+//     claimContext recognizes: no task_contexts row to write), its message,
+//     the outbox event, and the idempotency row with its final answer.
+//
+// The stored answer of the message_id is read only when the send would
+// refuse (the stored answer or its conflict comes first, after the key's
+// 401, as it always did) and on a rerun. A retry of a committed request
+// or a concurrent duplicate fails on the idempotency key at the end, rolls
+// back (the seq it took must not stay) and reruns, finding the stored
+// answer; a replay spends its rate token on its own, as it always did.
+func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendRequest, parts json.RawMessage, h hashed) (SendResult, error) {
+	clientID := req.MessageID
+	w := writeCtx{caller: caller, messageID: clientID, traceID: s.traceID(ctx)}
+	if w.messageID == "" {
+		w.messageID = newID()
+	}
+	canon, err := json.Marshal(h)
+	if err != nil {
+		return SendResult{}, mesh.Internal(err)
+	}
+	hash := sha256.Sum256(canon)
+	var out SendResult
+	// stored answers with the replay (errReplay, out set) or conflict of a
+	// committed request with clientID, nil when there is none.
+	stored := func(tx *sql.Tx) error {
+		var storedHash, resp []byte
+		err := tx.QueryRowContext(ctx, idemReadSQL, caller, clientID).Scan(&storedHash, &resp)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		case string(storedHash) != string(hash[:]):
+			return errIDConflict
+		}
+		if err := json.Unmarshal(resp, &out); err != nil {
+			return err
+		}
+		return errReplay
+	}
+	for attempt := 1; ; attempt++ {
+		err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+			out = SendResult{}
+			w.now = s.Clock()
+			seq, err := identity.TakeRateBumping(ctx, tx, caller, keyID, req.To, w.now)
+			if err != nil {
+				return err
+			}
+			gate, err := identity.OpenSendGate(ctx, tx, caller, req.To, keyID)
+			if err != nil {
+				return err
+			}
+			if clientID != "" && attempt > 1 {
+				if err := stored(tx); err != nil {
+					return err
+				}
+			}
+			res, err := s.insertTask(ctx, tx, w, req, parts, gate, seq)
+			if err != nil {
+				var refusal *mesh.Error
+				if clientID != "" && attempt == 1 && errors.As(err, &refusal) {
+					// A retry of a committed request gets its answer, not
+					// the refusal a changed graph would give it now.
+					if serr := stored(tx); serr != nil {
+						return serr
+					}
+				}
+				return err
+			}
+			if clientID != "" {
+				b, err := json.Marshal(res)
+				if err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, putIdemSQL, caller, clientID, hash[:], string(b), w.now); err != nil {
+					if mysql.IsDuplicate(err) {
+						return errKeyTaken
+					}
+					return err
+				}
+			}
+			out = res
+			if s.Failpoint != nil {
+				return s.Failpoint(ctx, FailpointBeforeCommit)
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+			return out, nil
+		case errors.Is(err, errReplay):
+			// The replay's own rate token, as a replay inside one
+			// transaction spent it; the answer stands regardless.
+			if err := identity.TakeRate(ctx, s.DB, caller, s.Clock()); err != nil && mesh.AsError(err).Kind != mesh.KindRateLimited {
+				return SendResult{}, err
+			}
+			return out, nil
+		case errors.Is(err, errKeyTaken) && attempt < maxSendAttempts:
+			continue
+		case errors.Is(err, errKeyTaken):
+			return SendResult{}, mesh.Internal(err)
+		}
+		return SendResult{}, err
+	}
+}
+
+// insertTask writes newTask's task, its first message and the outbox event
+// at seq, once gate allows it; a refusal is a *mesh.Error.
+func (s *Service) insertTask(ctx context.Context, tx *sql.Tx, w writeCtx, req SendRequest, parts json.RawMessage, gate identity.SendGate, seq int64) (SendResult, error) {
+	if !gate.Reachable {
+		return SendResult{}, mesh.ErrNotReachable
+	}
+	t := &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: w.caller, Recipient: req.To,
+		Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
+	if t.ContextID == "" {
+		// The minted context is the task's own id: claimContext knows it
+		// as this pair's without a task_contexts row.
+		t.ContextID = t.TaskID
+	} else {
+		var err error
+		if t.GroupID, err = claimContext(ctx, tx, t.ContextID, w.caller, req.To, w.now); err != nil {
+			return SendResult{}, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
+		return SendResult{}, err
+	}
+	if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, w.caller, string(parts), w.now); err != nil {
+		return SendResult{}, err
+	}
+	msg := EventMessage{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
+	ev, err := w.event(mesh.EventMessage, req.To, t, MessageBody{Message: msg, Task: ref(t)})
+	if err != nil {
+		return SendResult{}, err
+	}
+	ev.Seq = seq
+	if err := outbox.InsertTaken(ctx, tx, &ev, gate.ToEpoch); err != nil {
+		return SendResult{}, err
+	}
+	return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
 }
 
 // sendInput checks a send's ids and parts, and returns the parts as stored

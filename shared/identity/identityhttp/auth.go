@@ -22,6 +22,16 @@ func (a authenticator) AuthenticateAgent(ctx context.Context, token string) (htt
 	return httpapi.Caller{AgentID: c.AgentID, KeyID: c.KeyID}, nil
 }
 
+// VerifyAgentToken makes the authenticator an httpapi.KeyDeferrer: an
+// AuthAgentKeyInTx route checks the key in its own transaction.
+func (a authenticator) VerifyAgentToken(_ context.Context, token string) (httpapi.Caller, error) {
+	c, err := a.s.VerifyAgentToken(token)
+	if err != nil {
+		return httpapi.Caller{}, err
+	}
+	return httpapi.Caller{AgentID: c.AgentID, KeyID: c.KeyID}, nil
+}
+
 func (a authenticator) AuthenticateAdmin(ctx context.Context, key string) error {
 	return a.s.AuthenticateAdmin(ctx, key, httpapi.SourceAddr(ctx))
 }

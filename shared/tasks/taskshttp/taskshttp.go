@@ -43,7 +43,8 @@ func Endpoints(s *tasks.Service) httpapi.Endpoints {
 		return httpapi.Endpoint{Auth: httpapi.AuthAgent, Handle: h}
 	}
 	return httpapi.Endpoints{
-		"SendMessageFunction":      agent(h.send),
+		// The send checks the token's key inside its transaction.
+		"SendMessageFunction":      {Auth: httpapi.AuthAgentKeyInTx, Handle: h.send},
 		"SendGroupMessageFunction": agent(h.groupSend),
 		"ReplyFunction":            agent(h.reply),
 		"UpdateTaskStatusFunction": agent(h.status),
@@ -82,7 +83,11 @@ func (h handlers) send(ctx context.Context, r *httpapi.Request) (httpapi.Respons
 	if err := r.Decode(&req); err != nil {
 		return httpapi.Response{}, err
 	}
-	res, err := h.s.Send(ctx, r.Caller.AgentID, req)
+	keyID := "" // already checked unless the authenticator deferred it
+	if r.Caller.KeyUnchecked {
+		keyID = r.Caller.KeyID
+	}
+	res, err := h.s.SendKey(ctx, r.Caller.AgentID, keyID, req)
 	return answer(http.StatusAccepted, res, err)
 }
 
