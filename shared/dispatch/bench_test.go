@@ -28,8 +28,9 @@ const benchPartitions = 12
 // (untimed), then RunOnce runs until nothing is due, each batch sealing
 // every body, producing synchronously and marking the rows sent in one
 // transaction. One op is one event; events/s is the drain rate. The
-// dispatcher runs with its production defaults (50 recipients × 200 events
-// per batch), so M decides how full a batch is.
+// dispatcher runs with its production defaults (up to DefaultRecipients
+// recipients sharing DefaultBatchEvents events per batch), so M decides how
+// many recipients share a batch.
 func BenchmarkDispatcherDrain(b *testing.B) {
 	f := newDispFixture(b, benchPartitions)
 	db := f.db

@@ -6,6 +6,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,7 +104,11 @@ func (p KafkaPublisher) Publish(ctx context.Context, recs []*kgo.Record) []error
 //     published again (duplicates that meshd drops by seq);
 //   - a batch is published once: a deadlock or lock wait after its publish
 //     never runs the publish again, the outcome Kafka gave is settled in a
-//     fresh transaction instead (see RunOnce).
+//     fresh transaction instead (see RunOnce);
+//   - a batch's settle is written while Kafka takes the batch, but commits
+//     only after every acknowledgement is in, and only what Kafka
+//     acknowledged stays marked sent (the rest is rolled back to a savepoint
+//     and settled by Kafka's answer).
 //
 // One Dispatcher may run several Runs at once (overlapping scheduled runs).
 type Dispatcher struct {
@@ -117,8 +123,13 @@ type Dispatcher struct {
 	// the push channel (see Pusher); nil pushes nothing.
 	Pusher Pusher
 
-	Recipients         int           // recipients per batch (default 50)
-	PerRecipient       int           // events per recipient per batch (default 200)
+	Recipients int // recipients per batch (default DefaultRecipients)
+	// BatchEvents bounds the events of one batch (default
+	// DefaultBatchEvents): each held recipient takes an equal share of it,
+	// so a batch of one recipient with a backlog is as large as a batch of
+	// many, and the per-batch round trips and commit are paid once for all.
+	BatchEvents        int
+	PerRecipient       int           // at most this many events per recipient per batch, whatever its share (default BatchEvents)
 	MaxAttempts        int           // attempts before dead-lettering (default 10)
 	BaseBackoff        time.Duration // first retry delay after Kafka refused an event (default 5 s), doubled per attempt
 	UnreachableBackoff time.Duration // retry delay after Kafka could not be reached (default 1 s)
@@ -136,6 +147,9 @@ type Dispatcher struct {
 	// settle starts; an error it returns fails that settle as the database
 	// would (a deadlock, say).
 	settleFault func() error
+	// assumedSettled, set by tests only, runs once a batch's settle written
+	// during its publish has returned, before the publish is waited for.
+	assumedSettled func()
 }
 
 // Stats counts what one batch did.
@@ -154,6 +168,15 @@ func (s *Stats) add(o Stats) {
 	s.DeadLetters += o.DeadLetters
 	s.Undeliverable += o.Undeliverable
 }
+
+// Batch bounds of a Dispatcher. A batch holds at most DefaultBatchEvents
+// events (the bound of its memory and of its transaction), shared by up to
+// DefaultRecipients recipients: 50 events each when all of them are busy,
+// the whole batch for a recipient alone.
+const (
+	DefaultRecipients  = 200
+	DefaultBatchEvents = 10_000
+)
 
 // Polling and retry pacing of Run.
 const (
@@ -187,8 +210,9 @@ func (d *Dispatcher) defaults() {
 		if d.Metrics == nil {
 			d.Metrics = metrics.Default
 		}
-		orDefault(&d.Recipients, 50)
-		orDefault(&d.PerRecipient, 200)
+		orDefault(&d.Recipients, DefaultRecipients)
+		orDefault(&d.BatchEvents, DefaultBatchEvents)
+		orDefault(&d.PerRecipient, d.BatchEvents)
 		orDefault(&d.MaxAttempts, 10)
 		orDefault(&d.BaseBackoff, 5*time.Second)
 		orDefault(&d.UnreachableBackoff, time.Second)
@@ -312,8 +336,8 @@ func (d *Dispatcher) oldestPendingAge(ctx context.Context) (time.Duration, error
 	return d.Clock().Sub(oldest.Time), nil
 }
 
-// RunOnce publishes one batch: up to Recipients due recipients, each with up
-// to PerRecipient pending events in seq order.
+// RunOnce publishes one batch: up to Recipients due recipients, each with its
+// share of BatchEvents (at most PerRecipient) pending events in seq order.
 //
 // A batch is published at most once per call. The transaction that locks,
 // reads, publishes and settles it is retried by InTx on a deadlock or lock
@@ -346,37 +370,64 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		// janitor always expires a prefix.
 		o := &outcome{settledAt: d.Clock(), batches: make([]batch, 0, len(held))}
 		o.st.Recipients = len(held)
-		for _, h := range held {
-			rows, err := pendingRows(ctx, tx, h.recipient, d.PerRecipient)
-			if err != nil {
-				return err
-			}
-			b := batch{holder: h, rows: rows, errs: make([]error, len(rows)), first: len(o.recs)}
-			for i, r := range rows {
-				rec, placeholder, err := d.buildRecord(r)
-				if err != nil {
-					// Not even a placeholder could be built: the recipient
-					// stops here and backs off; nothing after it is sent.
-					b.rows, b.errs = rows[:i+1], b.errs[:i+1]
-					b.errs[i] = err
-					break
-				}
-				if placeholder {
-					o.st.Undeliverable++
-				}
-				o.recs = append(o.recs, rec)
-				b.sent++
-			}
-			o.batches = append(o.batches, b)
+		pending, err := pendingRows(ctx, tx, held, min(d.PerRecipient, max(1, d.BatchEvents/len(held))))
+		if err != nil {
+			return err
 		}
-		pctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
-		errs := d.Publisher.Publish(pctx, o.recs)
-		cancel()
-		for _, b := range o.batches {
-			copy(b.errs, errs[b.first:b.first+b.sent])
+		// The settle is written while the batch is sealed and published:
+		// it assumes every row goes out (the usual case), behind a
+		// savepoint, and the commit waits for Kafka's answer. A batch that
+		// did not go out whole rolls back to the savepoint and is settled
+		// by what Kafka said. Nothing commits before every ack is in.
+		assumed := make([]batch, len(held))
+		for i, h := range held {
+			o.batches = append(o.batches, batch{holder: h, rows: pending[i], errs: make([]error, len(pending[i]))})
+			assumed[i] = batch{holder: h, rows: pending[i], errs: make([]error, len(pending[i])), sent: len(pending[i])}
 		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT dispatch_assumed"); err != nil {
+			return err
+		}
+		publishing := make(chan struct{})
+		var crashed any
+		go func() {
+			defer close(publishing)
+			// A panic while publishing is raised again in this goroutine,
+			// where InTx rolls the transaction back, as it was before the
+			// publish ran alongside the settle.
+			defer func() { crashed = recover() }()
+			d.buildAndPublish(ctx, o)
+		}()
+		var ast Stats
+		assumedErr := d.settleAll(ctx, tx, o, assumed, &ast, nil)
+		if d.assumedSettled != nil {
+			d.assumedSettled()
+		}
+		<-publishing
+		if crashed != nil {
+			panic(crashed)
+		}
+		// Kafka has (some of) the batch from here on: this transaction is
+		// never run again (see errPublished).
 		out = o
+		if assumedErr != nil {
+			return assumedErr
+		}
 		st, published = o.st, nil
+		if wentOutWhole(o.batches) {
+			st.Sent = ast.Sent
+			published = d.pushedOf(o, o.batches)
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT dispatch_assumed"); err != nil {
+			// The failed publishes still count in the run's metrics, as
+			// settle would have counted them.
+			for _, b := range o.batches {
+				if sentPrefix(b.errs) < len(b.rows) {
+					st.Failed++
+				}
+			}
+			return err
+		}
 		return d.settleAll(ctx, tx, o, o.batches, &st, &published)
 	})
 	if errors.Is(err, errPublished) {
@@ -422,18 +473,74 @@ func (d *Dispatcher) settleAll(ctx context.Context, tx *sql.Tx, o *outcome, bs [
 			return err
 		}
 	}
+	if err := d.markSent(ctx, tx, bs, o.settledAt, st); err != nil {
+		return err
+	}
 	for _, b := range bs {
 		if err := d.settle(ctx, tx, b.holder, b.rows, b.errs, o.settledAt, st); err != nil {
 			return err
 		}
-		if d.Pusher != nil {
-			// What settle marks sent: the prefix Kafka acknowledged.
-			for i := 0; i < b.sent && b.errs[i] == nil; i++ {
-				*published = append(*published, pushed{agentID: b.recipient, seq: b.rows[i].env.Seq, value: o.recs[b.first+i].Value})
-			}
-		}
+	}
+	if published != nil {
+		*published = append(*published, d.pushedOf(o, bs)...)
 	}
 	return nil
+}
+
+// pushedOf lists what markSent marks sent of bs, the prefix of each batch
+// Kafka acknowledged, for the push channel (nil without a Pusher).
+func (d *Dispatcher) pushedOf(o *outcome, bs []batch) []pushed {
+	if d.Pusher == nil {
+		return nil
+	}
+	var out []pushed
+	for _, b := range bs {
+		for i := 0; i < b.sent && b.errs[i] == nil; i++ {
+			out = append(out, pushed{agentID: b.recipient, seq: b.rows[i].env.Seq, value: o.recs[b.first+i].Value})
+		}
+	}
+	return out
+}
+
+// buildAndPublish seals every batch of o into o.recs and publishes them,
+// recording each row's outcome in its batch's errs. A recipient whose row
+// cannot be built, not even as a placeholder, stops at that row: nothing
+// after it is published.
+func (d *Dispatcher) buildAndPublish(ctx context.Context, o *outcome) {
+	for i := range o.batches {
+		b := &o.batches[i]
+		b.first = len(o.recs)
+		for j, r := range b.rows {
+			rec, placeholder, err := d.buildRecord(r)
+			if err != nil {
+				b.rows, b.errs = b.rows[:j+1], b.errs[:j+1]
+				b.errs[j] = err
+				break
+			}
+			if placeholder {
+				o.st.Undeliverable++
+			}
+			o.recs = append(o.recs, rec)
+			b.sent++
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
+	errs := d.Publisher.Publish(pctx, o.recs)
+	cancel()
+	for _, b := range o.batches {
+		copy(b.errs, errs[b.first:b.first+b.sent])
+	}
+}
+
+// wentOutWhole reports whether every row of bs was built and acknowledged:
+// the outcome the settle written during the publish assumed.
+func wentOutWhole(bs []batch) bool {
+	for _, b := range bs {
+		if b.sent != len(b.rows) || sentPrefix(b.errs) != len(b.errs) {
+			return false
+		}
+	}
+	return true
 }
 
 // resettle settles a published batch whose own transaction failed after the
@@ -681,26 +788,60 @@ type row struct {
 	traceID string
 }
 
-func pendingRows(ctx context.Context, tx *sql.Tx, recipient string, limit int) ([]row, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at
-FROM outbox_events WHERE delivery = 'pending' AND recipient = ? ORDER BY seq LIMIT ?`, recipient, limit)
+// pendingRowsSQL reads one recipient's next pending events in seq order.
+// pendingRows sends one per held recipient in a single UNION ALL statement.
+// The index is forced: inside a UNION the optimizer does not weigh the LIMIT
+// and would scan the table for a recipient with a large backlog.
+const pendingRowsSQL = `(SELECT recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at
+FROM outbox_events FORCE INDEX (outbox_pending) WHERE delivery = 'pending' AND recipient = ? ORDER BY seq LIMIT ?)`
+
+// pendingRows returns up to limit pending events of each held recipient, in
+// seq order, in one round trip: out[i] are held[i]'s.
+func pendingRows(ctx context.Context, tx *sql.Tx, held []holder, limit int) ([][]row, error) {
+	out := make([][]row, len(held))
+	if len(held) == 0 {
+		return out, nil
+	}
+	index := make(map[string]int, len(held))
+	args := make([]any, 0, 2*len(held))
+	for i, h := range held {
+		index[h.recipient] = i
+		args = append(args, h.recipient, limit)
+	}
+	rows, err := tx.QueryContext(ctx, strings.Repeat(pendingRowsSQL+" UNION ALL ", len(held)-1)+pendingRowsSQL, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []row
 	for rows.Next() {
-		r := row{env: mesh.Envelope{V: mesh.EnvelopeVersion, To: recipient}}
+		var r row
 		var group, trace sql.NullString
-		if err := rows.Scan(&r.env.Seq, &r.env.EventID, &r.env.Type, &r.env.From, &r.env.TaskID, &r.env.ContextID,
+		if err := rows.Scan(&r.env.To, &r.env.Seq, &r.env.EventID, &r.env.Type, &r.env.From, &r.env.TaskID, &r.env.ContextID,
 			&group, &r.env.MessageID, &r.env.KeyEpoch, &r.body, &trace, &r.env.OccurredAt); err != nil {
 			return nil, err
 		}
+		i, ok := index[r.env.To]
+		if !ok {
+			return nil, fmt.Errorf("dispatch: pending rows: unexpected recipient %q", r.env.To)
+		}
+		r.env.V, r.env.To = mesh.EnvelopeVersion, held[i].recipient
 		r.env.GroupID, r.traceID = group.String, trace.String
-		out = append(out, r)
+		out[i] = append(out[i], r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// A UNION ALL promises no order of its rows: each recipient's are put
+	// in seq order here (they nearly always arrive in it already).
+	for _, rs := range out {
+		if !slices.IsSortedFunc(rs, bySeq) {
+			slices.SortFunc(rs, bySeq)
+		}
+	}
+	return out, nil
 }
+
+func bySeq(a, b row) int { return cmp.Compare(a.env.Seq, b.env.Seq) }
 
 // Codes of UndeliverableBody. Which stored bodies cannot be served is
 // decided by jsonlimit.Unservable, the rule GET /v1/inbox and task reads
@@ -720,7 +861,9 @@ func (d *Dispatcher) buildRecord(r row) (rec *kgo.Record, placeholder bool, err 
 	var cause error
 	code := jsonlimit.Unservable(r.body)
 	if code == "" {
-		if rec, cause = d.record(r); cause == nil {
+		// Unservable has checked the body is valid JSON: it is not scanned
+		// again to be sealed.
+		if rec, cause = d.record(r, true); cause == nil {
 			return rec, false, nil
 		}
 		code = UndeliverableUnsealable
@@ -732,7 +875,7 @@ func (d *Dispatcher) buildRecord(r row) (rec *kgo.Record, placeholder bool, err 
 	body, _ := json.Marshal(mesh.UndeliverableBody{Code: code, OriginalType: r.env.Type})
 	p := r
 	p.env.Type, p.body = mesh.EventUndeliverable, body
-	rec, err = d.record(p)
+	rec, err = d.record(p, false)
 	if err != nil {
 		return nil, false, fmt.Errorf("undeliverable placeholder for seq %d: %w (original: %v)", r.env.Seq, err, cause)
 	}
@@ -743,10 +886,14 @@ func (d *Dispatcher) buildRecord(r row) (rec *kgo.Record, placeholder bool, err 
 // opaque routing id, value = {v, key_epoch, sealed} with the whole event
 // (ids, trace id, body) sealed and padded to a size bucket, and no headers:
 // the shared topic names nobody.
-func (d *Dispatcher) record(r row) (*kgo.Record, error) {
+func (d *Dispatcher) record(r row, validBody bool) (*kgo.Record, error) {
 	env := r.env
 	env.Body, env.TraceID = r.body, r.traceID
-	key, value, err := d.Sealer.SealEvent(env)
+	seal := d.Sealer.SealEvent
+	if validBody {
+		seal = d.Sealer.SealValidEvent
+	}
+	key, value, err := seal(env)
 	if err != nil {
 		return nil, err
 	}
@@ -769,29 +916,60 @@ func unreachable(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// settle marks the published prefix sent and backs the recipient off at its
-// first failure: UnreachableBackoff when Kafka could not be reached (no
+// sentPrefix is how many of rows, from the first, Kafka acknowledged.
+func sentPrefix(errs []error) int {
+	ok := 0
+	for ok < len(errs) && errs[ok] == nil {
+		ok++
+	}
+	return ok
+}
+
+// rangeSQL is one recipient's range of seqs in markSent's UPDATE.
+const rangeSQL = "(recipient = ? AND seq BETWEEN ? AND ?)"
+
+// markSent marks the published prefix of every batch of bs sent, and clears
+// the backoff of the recipients whose batch went out whole, in one
+// statement each (the OR of one seq range per recipient is a range scan of
+// outbox_recipient_seq). Failures are settle's.
+func (d *Dispatcher) markSent(ctx context.Context, tx *sql.Tx, bs []batch, now time.Time, st *Stats) error {
+	ranges := make([]string, 0, len(bs))
+	args := make([]any, 0, 1+3*len(bs))
+	args = append(args, now)
+	var reset []any
+	for _, b := range bs {
+		ok := sentPrefix(b.errs)
+		if ok > 0 {
+			ranges = append(ranges, rangeSQL)
+			args = append(args, b.recipient, b.rows[0].env.Seq, b.rows[ok-1].env.Seq)
+			st.Sent += ok
+		}
+		if ok == len(b.rows) && b.attempts != 0 {
+			reset = append(reset, b.recipient)
+		}
+	}
+	if len(ranges) > 0 {
+		if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending' AND ("+strings.Join(ranges, " OR ")+")", args...); err != nil {
+			return err
+		}
+	}
+	if len(reset) > 0 {
+		if _, err := tx.ExecContext(ctx, "UPDATE dispatch_state SET attempts = 0, last_error = NULL, next_attempt_at = ? WHERE recipient IN ("+mysql.Placeholders(len(reset))+")", append([]any{now}, reset...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle backs the recipient off at its first failure (markSent has marked
+// the published prefix before it sent): UnreachableBackoff when Kafka could not be reached (no
 // attempt is counted: an outage must not dead-letter events), else 5 s × 2^n,
 // dead-lettering that event after MaxAttempts. A dead letter's sent_at is
 // when it was given up on: the janitor expires it with the sent rows around
 // it, so retention always leaves a clean prefix.
 func (d *Dispatcher) settle(ctx context.Context, tx *sql.Tx, h holder, rows []row, errs []error, now time.Time, st *Stats) error {
-	ok := 0
-	for ok < len(rows) && errs[ok] == nil {
-		ok++
-	}
-	if ok > 0 {
-		if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE recipient = ? AND seq BETWEEN ? AND ? AND delivery = 'pending'",
-			now, h.recipient, rows[0].env.Seq, rows[ok-1].env.Seq); err != nil {
-			return err
-		}
-		st.Sent += ok
-	}
+	ok := sentPrefix(errs)
 	if ok == len(rows) {
-		if h.attempts != 0 {
-			_, err := tx.ExecContext(ctx, "UPDATE dispatch_state SET attempts = 0, last_error = NULL, next_attempt_at = ? WHERE recipient = ?", now, h.recipient)
-			return err
-		}
 		return nil
 	}
 	st.Failed++

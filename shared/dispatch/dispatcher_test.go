@@ -487,3 +487,82 @@ func TestDispatcherServesEveryRecipientUnderLoad(t *testing.T) {
 	}
 	t.Fatalf("c was never published in 3 batches of 2 while a and b kept receiving: %v", f.deliveries(t, "c"))
 }
+
+func TestABatchSharesItsEventsAmongTheRecipientsItHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		recipients []string
+		perRcpt    int // 0: the default
+		want       map[string]int
+	}{
+		{"a recipient alone takes the whole batch", []string{"alice"}, 0, map[string]int{"alice": 6}},
+		{"three recipients take an equal share each", []string{"alice", "bob", "carol"}, 0, map[string]int{"alice": 2, "bob": 2, "carol": 2}},
+		{"PerRecipient caps a share", []string{"alice"}, 4, map[string]int{"alice": 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newDispFixture(t, 1)
+			f.agents(t, tc.recipients...)
+			for _, r := range tc.recipients {
+				f.send(t, "x", r, 10)
+			}
+			d := f.dispatcher(nil, nil)
+			d.BatchEvents, d.PerRecipient = 6, tc.perRcpt
+			st, err := d.RunOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for r, n := range tc.want {
+				if got := f.deliveries(t, r)["sent"]; got != n {
+					t.Fatalf("%s: %d events sent by one batch, want %d", r, got, n)
+				}
+				total += n
+			}
+			if st.Sent != total {
+				t.Fatalf("the batch reports %d sent, want %d", st.Sent, total)
+			}
+		})
+	}
+}
+
+func TestAFailureAfterAPublishedPrefixSettlesThePrefixAlone(t *testing.T) {
+	f := newDispFixture(t, 1)
+	f.agents(t, "alice", "bob")
+	f.send(t, "x", "bob", 3)
+	f.send(t, "x", "alice", 2)
+	failing := true
+	faulty := &faultPublisher{real: dispatch.KafkaPublisher{Client: f.prod}, fail: func(env mesh.Envelope) bool { return failing && env.To == "bob" && env.Seq == 2 }}
+	d := f.dispatcher(faulty, nil)
+	state := func() (attempts int, lastErr sql.NullString) {
+		t.Helper()
+		if err := f.db.QueryRow("SELECT attempts, last_error FROM dispatch_state WHERE recipient = 'bob'").Scan(&attempts, &lastErr); err != nil {
+			t.Fatal(err)
+		}
+		return attempts, lastErr
+	}
+	if _, err := d.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the acknowledged prefix is sent, the failed event and the ones after it stay pending", func(t *testing.T) {
+		if dl := f.deliveries(t, "bob"); dl["sent"] != 1 || dl["pending"] != 2 {
+			t.Fatalf("bob's deliveries %v, want seq 1 sent and seqs 2-3 pending", dl)
+		}
+		if dl := f.deliveries(t, "alice"); dl["sent"] != 2 {
+			t.Fatalf("alice's deliveries %v, want both sent in the same batch", dl)
+		}
+		if a, e := state(); a != 1 || !e.Valid {
+			t.Fatalf("bob's state: attempts %d, last_error %v; want 1 attempt and the error", a, e)
+		}
+	})
+	t.Run("once the retry goes through, the recipient's backoff is cleared", func(t *testing.T) {
+		failing = false
+		f.clock.Advance(time.Minute)
+		f.drain(t, d)
+		if dl := f.deliveries(t, "bob"); dl["sent"] != 3 {
+			t.Fatalf("bob's deliveries %v, want all 3 sent", dl)
+		}
+		if a, e := state(); a != 0 || e.Valid {
+			t.Fatalf("bob's state after the retry: attempts %d, last_error %v; want 0 and none", a, e)
+		}
+	})
+}

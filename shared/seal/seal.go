@@ -15,13 +15,80 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 )
 
 // KeySize is the size of master and derived keys.
 const KeySize = 32
 
-// Sealer derives per-agent keys and routing ids from a master secret.
-type Sealer struct{ master, routingKey []byte }
+// Sealer derives per-agent keys and routing ids from a master secret. It is
+// safe for concurrent use.
+type Sealer struct {
+	master, routingKey []byte
+	// keys caches what sealing a record needs per agent and epoch (the
+	// cipher of the derived key, the routing id), so that a batch does not
+	// run HKDF, an AES key schedule and an HMAC for every event.
+	keys keyCache
+}
+
+// MaxCachedKeys bounds the Sealer's cache of derived keys (per agent and
+// epoch, about a kilobyte each): a dispatcher batch holds at most a few
+// hundred recipients, so this keeps every batch's keys with room to spare.
+const MaxCachedKeys = 4096
+
+// keyCache maps (agent, epoch) to its cipher and routing id. The epoch is
+// part of the cache key: an agent whose epoch is bumped gets a new entry, so
+// a cached key never serves another epoch. Full, it drops an arbitrary entry.
+type keyCache struct {
+	mu sync.Mutex
+	m  map[agentEpoch]*agentCipher
+}
+
+type agentEpoch struct {
+	agent string
+	epoch int
+}
+
+type agentCipher struct {
+	aead    cipher.AEAD
+	routing string
+}
+
+// get returns agent's cipher and routing id for epoch, deriving them once.
+func (c *keyCache) get(s *Sealer, agent string, epoch int) *agentCipher {
+	ae := agentEpoch{agent, epoch}
+	c.mu.Lock()
+	k, ok := c.m[ae]
+	c.mu.Unlock()
+	if ok {
+		return k
+	}
+	aead, err := newAEAD(s.AgentKey(agent, epoch))
+	if err != nil {
+		panic(err) // a derived key is always KeySize bytes
+	}
+	k = &agentCipher{aead: aead, routing: s.RoutingID(agent)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[agentEpoch]*agentCipher)
+	}
+	if len(c.m) >= MaxCachedKeys {
+		for old := range c.m {
+			delete(c.m, old)
+			break
+		}
+	}
+	c.m[ae] = k
+	return k
+}
+
+// len is how many keys c holds (for tests).
+func (c *keyCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
 
 // New returns a Sealer; master must be KeySize bytes of secret randomness.
 func New(master []byte) (*Sealer, error) {
