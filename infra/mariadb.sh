@@ -138,13 +138,15 @@ cmd_up() {
 
   # Database and user, idempotently. `mesh\_%` covers the throwaway mesh_test_xxx
   # databases the tests create; PROCESS lets tests read SHOW GLOBAL STATUS.
+  # CREATE USER and GRANT OPTION make mesh what Aurora's master user is to
+  # the migration: it creates the application user with DML only.
   sql "
     CREATE DATABASE IF NOT EXISTS mesh CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
     CREATE USER IF NOT EXISTS 'mesh'@'127.0.0.1' IDENTIFIED BY 'mesh';
     CREATE USER IF NOT EXISTS 'mesh'@'localhost' IDENTIFIED BY 'mesh';
-    GRANT ALL PRIVILEGES ON \`mesh\`.* TO 'mesh'@'127.0.0.1', 'mesh'@'localhost';
-    GRANT ALL PRIVILEGES ON \`mesh\\_%\`.* TO 'mesh'@'127.0.0.1', 'mesh'@'localhost';
-    GRANT PROCESS ON *.* TO 'mesh'@'127.0.0.1', 'mesh'@'localhost';
+    GRANT ALL PRIVILEGES ON \`mesh\`.* TO 'mesh'@'127.0.0.1', 'mesh'@'localhost' WITH GRANT OPTION;
+    GRANT ALL PRIVILEGES ON \`mesh\\_%\`.* TO 'mesh'@'127.0.0.1', 'mesh'@'localhost' WITH GRANT OPTION;
+    GRANT PROCESS, CREATE USER ON *.* TO 'mesh'@'127.0.0.1', 'mesh'@'localhost';
     FLUSH PRIVILEGES;" >>"$DB_DIR/setup.log" 2>&1 \
     || die "creating database/user failed; see $DB_DIR/setup.log and $LOG_FILE"
   # mariadb-install-db also creates anonymous users (''@localhost, ''@<hostname>);

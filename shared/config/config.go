@@ -49,6 +49,11 @@ type Config struct {
 	// be read again because the server refused the last ones (a rotated
 	// secret). LoadAWS sets it when the password comes from Secrets Manager.
 	DBCredentials func(ctx context.Context, fresh bool) (user, password string, err error)
+	// AppDBUser and AppDBPassword are the application user the migration
+	// creates with DML only (MESH_DB_APP_SECRET_ARN; the migration only):
+	// RDS Proxy logs in as it with the password, the functions with IAM.
+	AppDBUser     string
+	AppDBPassword string
 	// AdminKey authenticates admin routes.
 	AdminKey string
 	// JWTKeys: the first signs (two live at once during rotation). Only

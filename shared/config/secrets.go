@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/agentmesh/agentmesh/shared/mysql"
 )
 
 // secretSettings are the settings that may come from Secrets Manager: each
@@ -28,15 +31,23 @@ var secretSettings = []string{"MESH_ADMIN_KEY", "MESH_JWT_KEYS", "MESH_INBOX_MAS
 const dbSecretRefresh = 5 * time.Second
 
 // LoadAWS is Load plus secrets. MESH_ADMIN_KEY, MESH_JWT_KEYS and
-// MESH_INBOX_MASTER_KEY may each be given as <NAME>_SECRET_ARN, and the
-// database as MESH_DB_HOST + MESH_DB_NAME + MESH_DB_SECRET_ARN (an RDS secret:
-// JSON with username and password; MESH_DB_PORT defaults to 3306 and
-// MESH_DB_TLS to true). All the secrets named are read in one
-// BatchGetSecretValue call; without any *_SECRET_ARN it makes no AWS call.
+// MESH_INBOX_MASTER_KEY may each be given as <NAME>_SECRET_ARN. The database
+// is MESH_DB_HOST + MESH_DB_NAME (MESH_DB_PORT defaults to 3306) and one of:
+//   - MESH_DB_USER: IAM authentication at RDS Proxy, what every function
+//     but the migration uses on AWS. Each new connection presents an IAM
+//     auth token of the function's role (mysql.IAMAuth), over TLS always;
+//     no password is read or held.
+//   - MESH_DB_SECRET_ARN: an RDS secret (JSON with username and password),
+//     the master user's, for the migration only (MESH_DB_TLS defaults to
+//     true). The password is not frozen at init: when the server refuses it
+//     (the secret was rotated), the next connection reads the secret again
+//     (Config.DBCredentials), so running instances follow a rotation.
 //
-// The database password is not frozen at init: when the server refuses it
-// (the secret was rotated), the next connection reads the secret again
-// (Config.DBCredentials), so running instances follow a rotation.
+// MESH_DB_APP_SECRET_ARN (the migration only) is the application user's
+// secret, whose user the migration creates (Config.AppDBUser). MYSQL_DSN,
+// when set (local runs), wins over all of these. All the secrets named are
+// read in one BatchGetSecretValue call; without any *_SECRET_ARN it makes no
+// Secrets Manager call.
 func LoadAWS(ctx context.Context, getenv Getenv) (Config, error) {
 	byName := map[string]string{} // setting -> ARN, for the ones to fetch
 	for _, name := range secretSettings {
@@ -49,7 +60,16 @@ func LoadAWS(ctx context.Context, getenv Getenv) (Config, error) {
 		dbArn = arn
 		byName["MESH_DB"] = arn
 	}
-	if len(byName) == 0 {
+	if arn := getenv("MESH_DB_APP_SECRET_ARN"); arn != "" {
+		byName["MESH_DB_APP"] = arn
+	}
+	// The secret, when both are given, because only the migration is given
+	// one, and it must connect as the master to create the application user.
+	iamUser := ""
+	if getenv("MYSQL_DSN") == "" && dbArn == "" {
+		iamUser = getenv("MESH_DB_USER")
+	}
+	if len(byName) == 0 && iamUser == "" {
 		return Load(getenv)
 	}
 	ac, err := awsconfig.LoadDefaultConfig(ctx)
@@ -57,9 +77,11 @@ func LoadAWS(ctx context.Context, getenv Getenv) (Config, error) {
 		return Config{}, fmt.Errorf("config: AWS SDK: %w", err)
 	}
 	sm := secretsmanager.NewFromConfig(ac)
-	got, err := batchGet(ctx, sm, byName)
-	if err != nil {
-		return Config{}, err
+	got := map[string]string{}
+	if len(byName) > 0 {
+		if got, err = batchGet(ctx, sm, byName); err != nil {
+			return Config{}, err
+		}
 	}
 	vals := map[string]string{}
 	for _, name := range secretSettings {
@@ -92,15 +114,42 @@ func LoadAWS(ctx context.Context, getenv Getenv) (Config, error) {
 		}
 		vals["MYSQL_DSN"] = dc.FormatDSN()
 	}
+	var tokens mysql.Credentials
+	if iamUser != "" {
+		if getenv("MESH_DB_TLS") == "false" {
+			return Config{}, fmt.Errorf("config: MESH_DB_USER connects with IAM tokens, which travel as cleartext passwords: MESH_DB_TLS cannot be false")
+		}
+		iam := mysql.IAMAuth{
+			Endpoint:    net.JoinHostPort(getenv("MESH_DB_HOST"), or(getenv("MESH_DB_PORT"), "3306")),
+			Region:      ac.Region,
+			DBName:      getenv("MESH_DB_NAME"),
+			User:        iamUser,
+			Credentials: ac.Credentials,
+		}
+		if vals["MYSQL_DSN"], err = iam.DSN(); err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		tokens = iam.Source()
+	}
+	var appUser, appPass string
+	if arn, ok := byName["MESH_DB_APP"]; ok {
+		if appUser, appPass, err = parseDBSecret(got[arn]); err != nil {
+			return Config{}, err
+		}
+	}
 	cfg, err := Load(func(k string) string {
 		if v, ok := vals[k]; ok {
 			return v
 		}
 		return getenv(k)
 	})
-	if creds != nil {
+	switch {
+	case creds != nil:
 		cfg.DBCredentials = creds.get
+	case tokens != nil:
+		cfg.DBCredentials = tokens
 	}
+	cfg.AppDBUser, cfg.AppDBPassword = appUser, appPass
 	return cfg, err
 }
 

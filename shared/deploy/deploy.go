@@ -46,11 +46,16 @@ type Result struct {
 	Topic          string
 	// Partitions is the topic's partition count as the cluster reports it.
 	Partitions int32
+	// AppUser is the application user this run created or updated (empty
+	// when it was given none: local runs).
+	AppUser string
 }
 
-// Apply migrates the database named by cfg and makes sure the inbox topic
-// exists with its explicit settings (partitions, 7-day retention, replication
-// as the cluster allows). Both steps are idempotent.
+// Apply migrates the database named by cfg, creates the application user
+// when cfg names one (cfg.AppDBUser: DML only, with the password of its
+// secret, which RDS Proxy logs in with) and makes sure the inbox topic exists
+// with its explicit settings (partitions, 7-day retention, replication as the
+// cluster allows). Every step is idempotent.
 func Apply(ctx context.Context, cfg config.Config) (Result, error) {
 	if err := cfg.Require("MYSQL_DSN", "KAFKA_BROKERS"); err != nil {
 		return Result{}, err
@@ -73,6 +78,14 @@ func Apply(ctx context.Context, cfg config.Config) (Result, error) {
 	defer db.Close()
 	if res.Applied, err = db.Migrate(ctx); err != nil {
 		return res, err
+	}
+	// After the migrations, so that a failed one leaves the user as it was;
+	// the grant covers the schema's tables present and future.
+	if cfg.AppDBUser != "" {
+		if err := db.EnsureAppUser(ctx, cfg.AppDBUser, cfg.AppDBPassword); err != nil {
+			return res, err
+		}
+		res.AppUser = cfg.AppDBUser
 	}
 
 	opts, err := kafka.Options{Brokers: cfg.KafkaBrokers, Auth: cfg.KafkaAuth}.ClientOpts(ctx)
@@ -157,5 +170,6 @@ func (r Result) data() map[string]any {
 		"MigrationsHash":  r.MigrationsHash,
 		"Topic":           r.Topic,
 		"Partitions":      strconv.Itoa(int(r.Partitions)),
+		"AppUser":         r.AppUser,
 	}
 }
