@@ -5,7 +5,7 @@ GO ?= go
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-.PHONY: latency run test bench bench-report bench-push bench-scale vet fmt lint fuzz build invoke services-up services-down clean
+.PHONY: latency run test faults bench bench-report bench-push bench-scale vet fmt lint fuzz build invoke sam-api services-up services-down clean
 
 ## run: the whole mesh locally (MariaDB, embedded Kafka, every route and schedule of template.yaml, demo agents)
 run:
@@ -13,16 +13,23 @@ run:
 	@$(GO) build -o .local/bin/meshlocal ./cmd/meshlocal
 	@.local/bin/meshlocal
 
-## test: start MariaDB + Kafka, go vet, all tests, API fuzz (schemathesis), the a2a-sdk client suite, template lint; stops what it started
+## test: start MariaDB + Kafka, go vet, all tests, API fuzz (schemathesis), the a2a-sdk client suite, the SAM tier (Podman), template lint; stops what it started
 test:
 	@infra/with-services.sh bash -c '\
 	  set -e; \
 	  echo "==> go vet"; $(GO) vet ./...; \
+	  echo "==> go vet of bench/ (its own module: make bench must build)"; (cd bench && $(GO) vet ./...); \
 	  echo "==> gofmt"; test -z "$$(gofmt -l $$(git ls-files "*.go") | tee /dev/stderr)"; \
 	  echo "==> go test"; $(GO) test -count=1 -timeout 20m ./...; \
+	  echo "==> fault tests on a three-broker Kafka cluster (make faults)"; MESH_FAULTS=1 $(GO) test -count=1 -timeout 20m ./shared/faults/; \
 	  echo "==> schemathesis (openapi.yaml against the local stack)"; infra/fuzz-api.sh; \
-	  echo "==> a2a-sdk 1.3.0 (the Python A2A client against a mesh agent)"; infra/a2a-sdk.sh'
+	  echo "==> a2a-sdk 1.3.0 (the Python A2A client against a mesh agent)"; infra/a2a-sdk.sh; \
+	  echo "==> SAM tier (sam build, then sam local start-api and invoke on Podman: infra/sam-test.sh)"; infra/sam-test.sh'
 	@infra/lint-template.sh
+
+## faults: issue 19's faults under load on a three-broker KRaft cluster of its own (infra/kafka.sh, MESH_KAFKA_NODES=3, ports 29392-29394): leader kill, lost quorum, rolling restart, controller failover, a moved leader; counts per case, recovery times and the relay rate at replication 3 vs 1 -> .local/faults/report.md
+faults:
+	@mkdir -p .local/faults && infra/with-services.sh bash -c 'MESH_FAULTS=1 MESH_FAULTS_REPORT=$(CURDIR)/.local/faults/report.md $(GO) test -count=1 -v -timeout 20m ./shared/faults/'
 
 ## lint: template.yaml through cfn-lint and sam validate --lint (pip, into .local/venv)
 lint:
@@ -68,11 +75,16 @@ services-up:
 services-down:
 	@infra/services.sh down
 
-## build: every function as an arm64 Lambda bootstrap under dist/<name>/bootstrap
+# The Lambda architecture (x86_64 or arm64) of `make build`, and of a
+# `sam build` that leaves no build graph to read it from (below).
+LAMBDA_ARCH ?= arm64
+goarch = $(if $(filter x86_64,$(1)),amd64,$(if $(filter arm64,$(1)),arm64,$(error LAMBDA_ARCH must be x86_64 or arm64, not "$(1)")))
+
+## build: every function as a Lambda bootstrap under dist/<name>/bootstrap (arm64; LAMBDA_ARCH=x86_64 for the other)
 build:
 	@for f in $(FUNCTIONS); do \
 	  echo "==> $$f"; \
-	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o dist/$$f/bootstrap ./functions/$$f || exit 1; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$(call goarch,$(LAMBDA_ARCH)) $(GO) build $(LAMBDA_FLAGS) -o dist/$$f/bootstrap ./functions/$$f || exit 1; \
 	done
 
 # sam build (BuildMethod: makefile) calls build-<LogicalId>; the directory is
@@ -83,19 +95,39 @@ build:
 # in one go command (no linking: under a second when warm), while the
 # others wait on the lock (flock, where there is one); then each links from
 # the cache. The stamp sits in SAM's build directory, new per build.
-LAMBDA_ENV := CGO_ENABLED=0 GOOS=linux GOARCH=arm64
+#
+# The architecture is the one SAM builds the function for (its
+# Architectures). SAM tells make only ARTIFACTS_DIR, but it writes its build
+# graph, the architecture of each function included, to build.toml beside
+# the build directory before building; a `sam build <function>` does not
+# rewrite it, and without an entry the rule uses LAMBDA_ARCH. A binary of
+# another architecture would fail only when invoked (exec format error).
 build-%:
-	@warm=$(dir $(ARTIFACTS_DIR:/=)).go-warm; \
-	  ( if command -v flock >/dev/null; then flock 9; fi; test -f $$warm || { \
-	    $(LAMBDA_ENV) $(GO) build $(LAMBDA_FLAGS) $$($(LAMBDA_ENV) $(GO) list -tags lambda.norpc -deps \
-	      -f '{{if and (not .Standard) (ne .Name "main")}}{{.ImportPath}}{{end}}' ./functions/...) && touch $$warm; } ) 9>$$warm.lock
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) \
-	  -o $(ARTIFACTS_DIR)/bootstrap ./functions/$$(echo '$*' | sed -E 's/Function$$//; s/([a-z0-9])([A-Z])/\1-\2/g' | tr 'A-Z' 'a-z')
+	@dir=$(dir $(ARTIFACTS_DIR:/=)); warm=$$dir.go-warm; \
+	  arch=$$(awk -v fn='"$*"' '/^\[/ { a = "" } /^architecture = / { a = $$3 } /^functions = / && index($$0, fn) { gsub(/"/, "", a); print a; exit }' \
+	    $${dir}../build.toml 2>/dev/null); arch=$${arch:-$(LAMBDA_ARCH)}; \
+	  case $$arch in x86_64) goarch=amd64 ;; arm64) goarch=arm64 ;; \
+	    *) echo "build-$*: unknown architecture '$$arch' (x86_64 or arm64)" >&2; exit 1 ;; esac; \
+	  export CGO_ENABLED=0 GOOS=linux GOARCH=$$goarch; \
+	  ( if command -v flock >/dev/null; then flock 9; fi; test -f $$warm.$$goarch || { \
+	    $(GO) build $(LAMBDA_FLAGS) $$($(GO) list -tags lambda.norpc -deps \
+	      -f '{{if and (not .Standard) (ne .Name "main")}}{{.ImportPath}}{{end}}' ./functions/...) && touch $$warm.$$goarch; } ) 9>$$warm.lock && \
+	  $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap \
+	    ./functions/$$(echo '$*' | sed -E 's/Function$$//; s/([a-z0-9])([A-Z])/\1-\2/g' | tr 'A-Z' 'a-z')
 
-## invoke: run one built function under aws-lambda-rie with its sample event: make invoke FN=health [EVENT=events/health.json]
+## invoke: run one function with its sample event, under `sam local invoke` when Podman is up (infra/podman.sh up), else under aws-lambda-rie: make invoke FN=health [EVENT=events/health.json]
 invoke:
 	@test -n "$(FN)" || { echo "usage: make invoke FN=<dir under functions/, e.g. health> [EVENT=events/<name>.json]" >&2; exit 2; }
-	@infra/with-services.sh infra/rie.sh functions/$(FN) $(or $(EVENT),events/$(FN).json)
+	@if infra/podman.sh status >/dev/null 2>&1; then \
+	  infra/with-services.sh infra/sam-local.sh invoke $(FN) $(or $(EVENT),events/$(FN).json); \
+	else \
+	  infra/with-services.sh infra/rie.sh functions/$(FN) $(or $(EVENT),events/$(FN).json); \
+	fi
+
+## sam-api: the HTTP API under the stock SAM CLI (sam build, sam local start-api on :3000) on a private Podman engine; make run is the quicker way
+sam-api:
+	@infra/podman.sh up
+	@infra/with-services.sh infra/sam-local.sh api
 
 clean:
 	rm -rf dist .aws-sam
