@@ -64,6 +64,29 @@ process group.
 
 ` + handlerContract + `
 
+Batches (--batch N, N from 1 to 1000; default 1: one run per event):
+  what    up to N events meshd has ALREADY received (one Kafka fetch, one
+          inbox page) go to one run of the handler; meshd never waits to fill
+          a batch, so a quiet agent still gets single events. A lone ready
+          event runs in the single-event form above. Pushed events (push
+          mode) come one at a time and are not batched.
+  stdin   one event per line, in seq order: each line is exactly the JSON
+          object a single-event run gets, followed by "\n". A batch's stdin
+          stops before the event that would take it past 8 MiB.
+  env     MESH_BATCH=<number of events>, and none of the per-event MESH_*
+          variables (read each event's fields from its line). A run
+          without MESH_BATCH is a single event. MESH_HANDLER_SOCKET and
+          MESH_HANDLER_TOKEN as above; the capability acts on the task of
+          any event of the batch, no other.
+  exit    0 = every event of the batch handled: the state advances once, to
+          its last event. Anything else (any status, a timeout) marks
+          nothing of the batch: each of its events then runs alone, in the
+          single-event form, with the retries and parking above, so one bad
+          event is parked alone and the others are handled.
+  crash   a crash after the batch ran and before its mark runs the whole
+          batch once more: make its work idempotent, e.g. per line
+          meshd reply --task <task_id> --message-id reply-<event_id> ...
+
 Other settings: MESH_MODE auto (default: the push channel when the mesh
 announces one, else Kafka when reachable; the inbox API while neither is),
 push, kafka or poll; MESH_KAFKA_BROKERS; MESH_PUSH_MAX_CONN_AGE (default 2h),
@@ -72,6 +95,7 @@ MESH_HANDLER_BACKOFF, MESH_HANDLER_BACKOFF_MAX; MESH_LOG_FORMAT text|json;
 MESH_LOG_LEVEL.`,
 			examples: `  meshd run -- ./handler.sh
   MESH_HANDLER='cat >> inbox.jsonl' meshd run
+  meshd run --batch 100 -- sh -c 'cat >> inbox.jsonl'   # up to 100 events a run
   # handler.sh: answer every message and complete its task
   #!/bin/sh
   [ "$MESH_EVENT_TYPE" = message ] || exit 0

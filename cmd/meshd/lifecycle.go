@@ -168,6 +168,7 @@ type runFlags struct {
 	attempts            *int
 	backoff, backoffMax *time.Duration
 	from                *string
+	batch               *int
 }
 
 func addRunFlags(fs *pflag.FlagSet) runFlags {
@@ -176,10 +177,20 @@ func addRunFlags(fs *pflag.FlagSet) runFlags {
 		backoff:    fs.Duration("backoff", 0, "first wait between tries (default MESH_HANDLER_BACKOFF or 5s)"),
 		backoffMax: fs.Duration("backoff-max", 0, "longest wait between tries (default MESH_HANDLER_BACKOFF_MAX or 10m)"),
 		from:       fs.String("from", "", "a fresh state dir starts after the agent's last handled seq; 0 = every retained event, latest = only new ones"),
+		batch:      fs.Int("batch", 1, fmt.Sprintf("hand the handler up to N events already received in one run, one JSON line each (1..%d; see Batches)", meshd.MaxBatch)),
 	}
 }
 
+// check refuses flag values out of range, before anything starts.
+func (f runFlags) check() error {
+	if err := meshd.CheckBatch(*f.batch); err != nil {
+		return usageError("--batch must be 1..%d (got %d)", meshd.MaxBatch, *f.batch)
+	}
+	return nil
+}
+
 func (f runFlags) apply(cfg *meshd.Config) {
+	cfg.Batch = *f.batch
 	if *f.attempts > 0 {
 		cfg.HandlerAttempts = *f.attempts
 	}
@@ -196,6 +207,9 @@ func setupRun(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) erro
 	refuseOther := fs.Bool("refuse-other", false, "exit instead of warning when another instance of this agent is live (meshd start sets it)")
 	_ = fs.MarkHidden("refuse-other")
 	return func(ctx context.Context, args []string) error {
+		if err := rf.check(); err != nil {
+			return err
+		}
 		cfg, err := e.runConfig(args)
 		if err != nil {
 			return err
@@ -256,6 +270,9 @@ const startWait = 30 * time.Second
 func setupStart(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) error {
 	rf := addRunFlags(fs)
 	return func(ctx context.Context, args []string) error {
+		if err := rf.check(); err != nil {
+			return err
+		}
 		cfg, err := e.runConfig(args)
 		if err != nil {
 			return err

@@ -1,15 +1,20 @@
 package meshd_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,4 +164,158 @@ func sampleHeap(peak *uint64) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-finished }
+}
+
+// BenchmarkConsume measures meshd's own consume rate on a filled partition:
+// n small sealed events wait on the real broker before meshd starts, so no
+// producer is inside the figure, and the rate is timed from the first to
+// the last event the handler saw (start-up excluded). With the no-op
+// handler each event costs one durable mark (compare BenchmarkStateSave);
+// with `true` one process start and one mark; with --batch 100 and a
+// handler that reads its stdin, one start and one mark per 100 events.
+func BenchmarkConsume(b *testing.B) {
+	cases := []struct {
+		name  string
+		n     int
+		batch int
+		h     meshd.Handler
+		line  func(b *testing.B) // the physical line it is held to, run between meshd's runs
+	}{
+		{"noop", 5000, 1, nil, physFdatasync},
+		{"exec", 500, 1, meshd.CommandHandler{Command: []string{"true"}}, physSpawn},
+		{"exec-batch100", 5000, 100, meshd.CommandHandler{Command: []string{"sh", "-c", "cat >/dev/null"}}, nil},
+	}
+	brokers := kafkatest.Brokers(b)
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) { consumeRun(b, brokers, c.n, c.batch, c.h, c.line) })
+	}
+}
+
+// physRuns is how many operations one physical-line measurement times.
+const physRuns = 200
+
+// physFdatasync times physRuns of what one mark costs at the least: a
+// 512-byte pwrite into one of two slots of a preallocated file, then
+// fdatasync. It reports the rate as fdatasync/s.
+func physFdatasync(b *testing.B) {
+	f, err := os.OpenFile(filepath.Join(b.TempDir(), "phys.state"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 1024), 0); err != nil {
+		b.Fatal(err)
+	}
+	rec := make([]byte, 512)
+	for i := range physRuns {
+		rec[0] = byte(i)
+		if _, err := f.WriteAt(rec, int64(i%2)*512); err != nil {
+			b.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// physSpawn times physRuns process starts of `true` as meshd starts a
+// handler at the least: its own process group, a 1 KiB stdin.
+func physSpawn(b *testing.B) {
+	stdin := bytes.Repeat([]byte("x"), 1024)
+	for range physRuns {
+		cmd := exec.Command("true")
+		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// countingHandler counts what its inner handler (if any) handled.
+type countingHandler struct {
+	inner meshd.Handler
+	count func(n int)
+}
+
+func (c countingHandler) Handle(ctx context.Context, env mesh.Envelope) error {
+	if c.inner != nil {
+		if err := c.inner.Handle(ctx, env); err != nil {
+			return err
+		}
+	}
+	c.count(1)
+	return nil
+}
+
+type countingBatchHandler struct{ countingHandler }
+
+func (c countingBatchHandler) HandleBatch(ctx context.Context, envs []mesh.Envelope) error {
+	if err := c.inner.(meshd.BatchHandler).HandleBatch(ctx, envs); err != nil {
+		return err
+	}
+	c.count(len(envs))
+	return nil
+}
+
+// consumeRun runs meshd over n events per op. With a physical line, the line
+// is timed before each op too (interleaved, so the ratio survives a loaded
+// machine) and reported as line/s and the meshd rate as %-of-line.
+func consumeRun(b *testing.B, brokers []string, n, batch int, inner meshd.Handler, line func(*testing.B)) {
+	sealer := newSealer(b)
+	topic := kafkatest.Topic(b, brokers, 12)
+	_, srv := newFakeAPI(b, "bob", sealer, brokers, topic)
+	produceBacklog(b, brokers, topic, sealer, n, 64)
+	log := slog.New(slog.DiscardHandler)
+	var total, lineTook time.Duration
+	for b.Loop() {
+		if line != nil {
+			b.StopTimer()
+			t0 := time.Now()
+			line(b)
+			lineTook += time.Since(t0)
+			b.StartTimer()
+		}
+		var handled atomic.Int64
+		var first time.Time
+		done := make(chan time.Time, 1)
+		ch := countingHandler{inner: inner, count: func(k int) {
+			if handled.Add(int64(k)) == int64(k) {
+				first = time.Now()
+			}
+			if handled.Load() == int64(n) {
+				done <- time.Now()
+			}
+		}}
+		var h meshd.Handler = ch
+		if batch > 1 {
+			h = countingBatchHandler{ch}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		runErr := make(chan error, 1)
+		go func() {
+			runErr <- meshd.Run(ctx, meshd.Config{API: meshclient.New(srv.URL, "amk_bench"), StateDir: b.TempDir(), Handler: h, Log: log, Mode: meshd.ModeKafka, Batch: batch})
+		}()
+		select {
+		case last := <-done:
+			total += last.Sub(first)
+		case err := <-runErr:
+			cancel()
+			b.Fatalf("meshd stopped early after %d events: %v", handled.Load(), err)
+		case <-time.After(2 * time.Minute):
+			cancel()
+			b.Fatalf("the handler saw %d of %d events in 2 minutes", handled.Load(), n)
+		}
+		cancel()
+		if err := <-runErr; err != nil {
+			b.Fatal(err)
+		}
+	}
+	rate := float64(b.N*(n-1)) / total.Seconds()
+	b.ReportMetric(rate, "events/s")
+	if line != nil {
+		lineRate := float64(b.N*physRuns) / lineTook.Seconds()
+		b.ReportMetric(lineRate, "line/s")
+		b.ReportMetric(100*rate/lineRate, "%-of-line")
+	}
 }

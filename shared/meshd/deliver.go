@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -54,12 +55,16 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 	if ctx.Err() != nil {
 		return errStop // asked to stop: start no new handler
 	}
-	log := r.log.With("seq", env.Seq, "event_id", env.EventID, "type", env.Type, "from", env.From, "task_id", env.TaskID)
+	// Built only when something is logged: a handled event must cost
+	// little besides its mark.
+	log := func() *slog.Logger {
+		return r.log.With("seq", env.Seq, "event_id", env.EventID, "type", env.Type, "from", env.From, "task_id", env.TaskID)
+	}
 	if env.Type == mesh.EventUndeliverable {
 		var ub mesh.UndeliverableBody
 		_ = json.Unmarshal(env.Body, &ub)
 		cause := fmt.Errorf("the mesh could not serve this event (code %q, original type %q)", ub.Code, ub.OriginalType)
-		log.Error("undeliverable event: not given to the handler", "code", ub.Code, "original_type", ub.OriginalType)
+		log().Error("undeliverable event: not given to the handler", "code", ub.Code, "original_type", ub.OriginalType)
 		return r.park(ctx, env, offset, 0, ReasonUndeliverable, cause)
 	}
 	began := r.cfg.Clock()
@@ -75,7 +80,7 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 			break
 		}
 		if r.interrupted() {
-			log.Warn("handler interrupted; the event will be delivered again at the next start", "err", err)
+			log().Warn("handler interrupted; the event will be delivered again at the next start", "err", err)
 			return errStop
 		}
 		if IsPermanent(err) {
@@ -85,7 +90,7 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 			return r.park(ctx, env, offset, attempt, ReasonExhausted, err)
 		}
 		d := backoff.Policy{Base: r.cfg.HandlerBackoff, Max: r.cfg.HandlerBackoffMax}.Delay(attempt)
-		log.Warn("handler failed; retrying the same event (later events wait)", "attempt", attempt, "max_attempts", r.cfg.HandlerAttempts, "retry_in", d.String(), "err", err)
+		log().Warn("handler failed; retrying the same event (later events wait)", "attempt", attempt, "max_attempts", r.cfg.HandlerAttempts, "retry_in", d.String(), "err", err)
 		if !backoff.Wait(ctx, d) {
 			return errStop
 		}
@@ -93,10 +98,82 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 	if err := r.mark(env, offset); err != nil {
 		return err
 	}
-	// A crash between parking and marking left a dead letter for an event
-	// this run has now handled.
-	_ = removeDeadLetter(r.cfg.StateDir, r.agentID, env.Seq)
-	log.Info("event handled", "duration_ms", r.cfg.Clock().Sub(began).Milliseconds())
+	r.unpark(env.Seq)
+	if r.log.Enabled(ctx, slog.LevelInfo) {
+		// One record with its attributes, not a derived logger: the same
+		// line without building a handler per event.
+		r.log.LogAttrs(ctx, slog.LevelInfo, "event handled", slog.Int64("seq", env.Seq), slog.String("event_id", env.EventID),
+			slog.String("type", env.Type), slog.String("from", env.From), slog.String("task_id", env.TaskID),
+			slog.Int64("duration_ms", r.cfg.Clock().Sub(began).Milliseconds()))
+	}
+	return nil
+}
+
+// unpark removes the dead letter a crash between parking and marking left
+// for seq, an event this run has now handled.
+func (r *runner) unpark(seq int64) {
+	if r.parkedAhead[seq] {
+		_ = removeDeadLetter(r.cfg.StateDir, r.agentID, seq)
+		delete(r.parkedAhead, seq)
+	}
+}
+
+// batchHandler is the handler's batch form when batches are on and it has
+// one.
+func (r *runner) batchHandler() (BatchHandler, bool) {
+	if r.cfg.Batch < 2 {
+		return nil, false
+	}
+	if g, ok := r.cfg.Handler.(*grantingHandler); ok && !g.takesBatches() {
+		return nil, false
+	}
+	bh, ok := r.cfg.Handler.(BatchHandler)
+	return bh, ok
+}
+
+// batchable reports whether env may join a batch: an event the handler
+// runs (not a placeholder, which is parked without a run).
+func batchable(env mesh.Envelope) bool { return env.Type != mesh.EventUndeliverable }
+
+// deliverBatch runs envs (consecutive seqs from the next unhandled one,
+// at least two) in one handler run and marks them once, at the last event
+// (offsets[i] is envs[i]'s Kafka offset, -1: none). A failed batch marks
+// nothing: each event then goes through deliver, one by one, with its own
+// retries and parking, so one bad event is parked alone.
+func (r *runner) deliverBatch(ctx context.Context, bh BatchHandler, envs []mesh.Envelope, offsets []int64) error {
+	if ctx.Err() != nil {
+		return errStop
+	}
+	began := r.cfg.Clock()
+	hctx, cancel := r.handlerContext(ctx)
+	r.running.set(envs[0].Seq, began)
+	err := callBatch(hctx, bh, envs)
+	r.running.set(0, time.Time{})
+	cancel()
+	if err == nil {
+		last := len(envs) - 1
+		if err := r.mark(envs[last], offsets[last]); err != nil {
+			return err
+		}
+		for _, env := range envs {
+			r.unpark(env.Seq)
+		}
+		if r.log.Enabled(ctx, slog.LevelInfo) {
+			r.log.Info("batch handled", "events", len(envs), "from_seq", envs[0].Seq, "to_seq", envs[last].Seq,
+				"duration_ms", r.cfg.Clock().Sub(began).Milliseconds())
+		}
+		return nil
+	}
+	if r.interrupted() {
+		r.log.Warn("batch handler interrupted; its events will be delivered again at the next start", "from_seq", envs[0].Seq, "err", err)
+		return errStop
+	}
+	r.log.Warn("batch failed; running its events one by one", "events", len(envs), "from_seq", envs[0].Seq, "to_seq", envs[len(envs)-1].Seq, "err", err)
+	for i, env := range envs {
+		if err := r.deliver(ctx, env, offsets[i]); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -104,13 +181,26 @@ func (r *runner) deliver(ctx context.Context, env mesh.Envelope, offset int64) e
 // It runs only after the handler returned: marking first would lose the
 // event if the process died while the handler ran.
 func (r *runner) mark(env mesh.Envelope, offset int64) error {
+	if crashBeforeMark != nil {
+		if err := crashBeforeMark(r.cfg.StateDir, env.Seq); err != nil {
+			return err
+		}
+	}
 	r.state.LastSeq, r.state.LastAt = env.Seq, env.OccurredAt
 	if offset >= 0 {
 		r.state.Offset = offset
 	}
-	if err := r.persist(); err != nil {
+	// The mark is written now and its fdatasync runs while the next event
+	// is read and its handler starts: a process that dies finds the mark
+	// (page cache), so only this event's successor, unmarked, runs again.
+	// The next mark waits for this sync, so a power loss can undo at most
+	// this mark, and then this event, too, runs once more.
+	r.state.UpdatedAt = r.cfg.Clock()
+	if err := r.stateFile.SaveBehind(r.state); err != nil {
 		return err
 	}
+	r.dirty = false
+	r.flushed = r.state.UpdatedAt
 	r.handled.Store(env.Seq)
 	return nil
 }
@@ -183,6 +273,21 @@ func (r *runner) failTask(ctx context.Context, env mesh.Envelope, dl DeadLetter)
 		r.log.Warn("could not move the parked event's task to failed", "seq", env.Seq, "task_id", env.TaskID, "err", err)
 		return false
 	}
+}
+
+// crashBeforeMark, set by tests only, stands for the process dying after
+// a handler succeeded and before its mark was durable: a non-nil error
+// ends Run with nothing marked.
+var crashBeforeMark func(stateDir string, seq int64) error
+
+// callBatch is callHandler for a batch.
+func callBatch(ctx context.Context, bh BatchHandler, envs []mesh.Envelope) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("batch handler panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return bh.HandleBatch(ctx, envs)
 }
 
 // callHandler turns a handler panic into a failure, so one bad event is

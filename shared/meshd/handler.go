@@ -119,6 +119,54 @@ func CheckShellLine(line string) error {
 
 // Handle runs the command for env.
 func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
+	payload, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	return h.run(ctx, append(payload, '\n'), EventEnv(env))
+}
+
+// BatchHandler is a Handler that can also take several events in one run
+// (Config.Batch). HandleBatch gets at least two events, in seq order, and
+// returns nil only when it handled all of them; any error means none of
+// them counts as handled: Run then gives each to Handle, one by one.
+type BatchHandler interface {
+	Handler
+	HandleBatch(ctx context.Context, envs []mesh.Envelope) error
+}
+
+// EnvBatch is set, to the number of events, for a batch run of a
+// CommandHandler; a single-event run does not have it.
+const EnvBatch = "MESH_BATCH"
+
+// BatchLine is an event as a batch run's stdin carries it: the envelope
+// JSON the single-event run gets, one line.
+func BatchLine(env mesh.Envelope) ([]byte, error) {
+	b, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// HandleBatch runs the command once for envs: one envelope JSON per line on
+// stdin, in seq order, and MESH_BATCH=len(envs) in the environment instead
+// of the per-event MESH_* variables (each line carries its event's fields).
+// Exit 0 means every event was handled; anything else fails the whole batch.
+func (h CommandHandler) HandleBatch(ctx context.Context, envs []mesh.Envelope) error {
+	var stdin []byte
+	for _, env := range envs {
+		line, err := BatchLine(env)
+		if err != nil {
+			return err
+		}
+		stdin = append(stdin, line...)
+	}
+	return h.run(ctx, stdin, []string{EnvBatch + "=" + strconv.Itoa(len(envs))})
+}
+
+// run starts the command once with stdin and the event environment.
+func (h CommandHandler) run(ctx context.Context, stdin []byte, eventEnv []string) error {
 	if len(h.Command) == 0 || h.Command[0] == "" {
 		return Permanent(errors.New("meshd: CommandHandler has no command"))
 	}
@@ -127,14 +175,10 @@ func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 		ctx, cancel = context.WithTimeout(ctx, h.Timeout)
 		defer cancel()
 	}
-	payload, err := json.Marshal(env)
-	if err != nil {
-		return err
-	}
 	tail := &tailBuffer{max: 4 << 10}
 	cmd := exec.CommandContext(ctx, h.Command[0], h.Command[1:]...)
 	cmd.Dir = h.Dir
-	cmd.Stdin = bytes.NewReader(append(payload, '\n'))
+	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.Stdout = h.Stdout
 	cmd.Stderr = tail
 	if h.Stderr != nil {
@@ -142,12 +186,12 @@ func (h CommandHandler) Handle(ctx context.Context, env mesh.Envelope) error {
 	}
 	// The handler gets no credential: it acts through the control channel
 	// whose capability (grantEnv) dies with this run.
-	cmd.Env = append(append(HandlerEnviron(append(os.Environ(), h.Env...)), EventEnv(env)...), grantEnv(ctx)...)
+	cmd.Env = append(append(HandlerEnviron(append(os.Environ(), h.Env...)), eventEnv...), grantEnv(ctx)...)
 	// A killed shell can leave children holding its output pipes; stop
 	// waiting for them shortly after the kill.
 	cmd.WaitDelay = 5 * time.Second
 	killGroup(cmd)
-	err = cmd.Run()
+	err := cmd.Run()
 	if ctx.Err() == context.DeadlineExceeded && h.Timeout > 0 {
 		return fmt.Errorf("handler timed out after %v%s", h.Timeout, tail.lastLine())
 	}
@@ -238,7 +282,9 @@ func handlerMaySee(name string) bool {
 	if !strings.HasPrefix(up, "MESH_") {
 		return true
 	}
-	if up == "MESH_CONFIG" || up == EnvHandlerSocket || up == EnvHandlerToken {
+	// MESH_BATCH is set only by a batch run: one inherited must not make a
+	// single-event run look like a batch.
+	if up == "MESH_CONFIG" || up == EnvHandlerSocket || up == EnvHandlerToken || up == EnvBatch {
 		return false
 	}
 	for _, secret := range []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"} {

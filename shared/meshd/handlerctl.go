@@ -50,6 +50,14 @@ type grant struct {
 	token   []byte // hex, as the handler presents it
 	taskID  string
 	eventID string
+	// more are the tasks of a batch run's other events: a batch may act
+	// on each of its events' tasks, on no other.
+	more map[string]bool
+}
+
+// covers reports whether the grant's run may act on taskID.
+func (g grant) covers(taskID string) bool {
+	return taskID != "" && (taskID == g.taskID || g.more[taskID])
 }
 
 type grantKey struct{}
@@ -204,24 +212,64 @@ func (g *grantingHandler) Check() error {
 }
 
 func (g *grantingHandler) Handle(ctx context.Context, env mesh.Envelope) error {
-	path, err := g.c.Listen()
+	gctx, revoke, err := g.c.mint(ctx, grant{taskID: env.TaskID, eventID: env.EventID})
 	if err != nil {
-		return err // transient: the socket may be creatable at the next attempt
+		return err
+	}
+	defer revoke()
+	return g.h.Handle(gctx, env)
+}
+
+// HandleBatch runs a batch with one capability for every task of its
+// events. A wrapped handler that takes no batches fails it (nothing
+// handled), and Run gives each event to Handle instead.
+func (g *grantingHandler) HandleBatch(ctx context.Context, envs []mesh.Envelope) error {
+	bh, ok := g.h.(BatchHandler)
+	if !ok || len(envs) == 0 {
+		return errors.New("meshd: the handler takes no batches")
+	}
+	gr := grant{taskID: envs[0].TaskID, eventID: envs[0].EventID, more: map[string]bool{}}
+	for _, env := range envs[1:] {
+		if env.TaskID != "" {
+			gr.more[env.TaskID] = true
+		}
+	}
+	gctx, revoke, err := g.c.mint(ctx, gr)
+	if err != nil {
+		return err
+	}
+	defer revoke()
+	return bh.HandleBatch(gctx, envs)
+}
+
+// takesBatches reports whether the wrapped handler takes batches.
+func (g *grantingHandler) takesBatches() bool {
+	_, ok := g.h.(BatchHandler)
+	return ok
+}
+
+// mint makes gr the live capability with a fresh token and returns the
+// context carrying it, and the revoke to call when the run returns.
+func (c *HandlerControl) mint(ctx context.Context, gr grant) (context.Context, func(), error) {
+	path, err := c.Listen()
+	if err != nil {
+		return nil, nil, err // transient: the socket may be creatable at the next attempt
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return err
+		return nil, nil, err
 	}
 	token := hex.EncodeToString(b)
-	g.c.mu.Lock()
-	g.c.cur = &grant{token: []byte(token), taskID: env.TaskID, eventID: env.EventID}
-	g.c.mu.Unlock()
-	defer func() {
-		g.c.mu.Lock()
-		g.c.cur = nil
-		g.c.mu.Unlock()
-	}()
-	return g.h.Handle(context.WithValue(ctx, grantKey{}, grantCtx{socket: path, token: token}), env)
+	gr.token = []byte(token)
+	c.mu.Lock()
+	c.cur = &gr
+	c.mu.Unlock()
+	revoke := func() {
+		c.mu.Lock()
+		c.cur = nil
+		c.mu.Unlock()
+	}
+	return context.WithValue(ctx, grantKey{}, grantCtx{socket: path, token: token}), revoke, nil
 }
 
 // authorize returns the live grant the request's bearer token presents, or
@@ -242,9 +290,12 @@ func (c *HandlerControl) authorize(w http.ResponseWriter, r *http.Request) (gran
 
 // forTask refuses a request for another task than the grant's event.
 func forTask(w http.ResponseWriter, g grant, taskID string) bool {
-	if taskID == "" || taskID != g.taskID {
-		writeProblem(w, &meshclient.APIError{Status: http.StatusForbidden, Code: CodeTaskNotThisEvent,
-			Detail: fmt.Sprintf("a handler may act only on its event's task (%q)", g.taskID)})
+	if !g.covers(taskID) {
+		detail := fmt.Sprintf("a handler may act only on its event's task (%q)", g.taskID)
+		if len(g.more) > 0 {
+			detail = "a batch run may act only on its events' tasks"
+		}
+		writeProblem(w, &meshclient.APIError{Status: http.StatusForbidden, Code: CodeTaskNotThisEvent, Detail: detail})
 		return false
 	}
 	return true

@@ -37,6 +37,12 @@ func (r *runner) open(ctx context.Context, value []byte) (mesh.Envelope, error) 
 	return seal.OpenEvent(keys, r.routingID, value)
 }
 
+// keysID identifies the token whose inbox keys the runner decoded.
+type keysID struct {
+	token           string
+	oldest, current int
+}
+
 // inboxKeys returns the token's inbox keys by epoch and the current epoch,
 // decoded once per token; refresh fetches a new token first.
 func (r *runner) inboxKeys(ctx context.Context, refresh bool) (map[int][]byte, int, error) {
@@ -49,8 +55,12 @@ func (r *runner) inboxKeys(ctx context.Context, refresh bool) (map[int][]byte, i
 		return nil, 0, err
 	}
 	// Two tokens minted within a second can be equal strings: the epochs
-	// are part of what identifies the decoded keys.
-	of := fmt.Sprintf("%s|%d|%d", tok.Token, tok.InboxKeys[0].KeyEpoch, tok.KeyEpoch())
+	// are part of what identifies the decoded keys. Compared field by
+	// field, not formatted: this runs for every record.
+	of := keysID{token: tok.Token, current: tok.KeyEpoch()}
+	if len(tok.InboxKeys) > 0 {
+		of.oldest = tok.InboxKeys[0].KeyEpoch
+	}
 	if of != r.keysOf || r.keys == nil {
 		if r.keys, err = tok.Keys(); err != nil {
 			return nil, 0, err
@@ -180,7 +190,7 @@ func (r *runner) applyPage(ctx context.Context, page meshclient.InboxPage) error
 		r.handled.Store(r.state.LastSeq)
 		return r.persist()
 	}
-	for _, ev := range page.Events {
+	for i, ev := range page.Events {
 		if ev.Seq <= r.state.LastSeq {
 			continue
 		}
@@ -194,11 +204,48 @@ func (r *runner) applyPage(ctx context.Context, page meshclient.InboxPage) error
 		if ev.To != "" && ev.To != r.agentID {
 			return fmt.Errorf("meshd: the inbox API returned an event for %q", ev.To)
 		}
+		if bh, ok := r.batchHandler(); ok {
+			if envs := r.pageBatch(page.Events[i:]); len(envs) > 1 {
+				if err := r.deliverBatch(ctx, bh, envs, noOffsets(len(envs))); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if err := r.deliver(ctx, ev, -1); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pageBatch is the run of events at the head of evs that can go as one
+// batch: consecutive seqs from the one after the handled one, this agent's,
+// up to Config.Batch events and MaxBatchBytes of stdin.
+func (r *runner) pageBatch(evs []mesh.Envelope) []mesh.Envelope {
+	size, n := 0, 0
+	for _, ev := range evs {
+		if n == r.cfg.Batch || ev.Seq != r.state.LastSeq+1+int64(n) || (ev.To != "" && ev.To != r.agentID) || !batchable(ev) {
+			break
+		}
+		line, err := BatchLine(ev)
+		if err != nil || (n > 0 && size+len(line) > MaxBatchBytes) {
+			break
+		}
+		size += len(line)
+		n++
+	}
+	return evs[:n]
+}
+
+// noOffsets is n times -1: events read from the inbox API have no Kafka
+// offset.
+func noOffsets(n int) []int64 {
+	o := make([]int64, n)
+	for i := range o {
+		o[i] = -1
+	}
+	return o
 }
 
 // catchUpIfStalled reads from the inbox API when heartbeats keep reporting

@@ -99,9 +99,20 @@ type Config struct {
 	// (and the last heartbeat in flight before it); default 5 s.
 	GoodbyeTimeout time.Duration
 
+	// Batch is the most events an exec handler (a BatchHandler such as
+	// CommandHandler) gets in one run, 1..MaxBatch; default 1 (one run per
+	// event). Only events already received are batched, never waited for:
+	// from Kafka, the records of one poll; from the inbox API (poll mode,
+	// catch-ups), one page. A batch is marked once, at its last event; a
+	// failed batch marks nothing and its events run again one by one (the
+	// usual retries, then parking), so one bad event is parked alone.
+	// Pushed frames arrive one at a time and are not batched.
+	Batch int
+
 	// FlushEvery bounds how long a consumed-but-skipped Kafka offset (records
 	// of other agents, duplicates) stays unpersisted; default 5 s. Handled
-	// events are persisted at once.
+	// events are written at once, their fdatasync running while the next
+	// event is read and its handler starts (the next mark waits for it).
 	FlushEvery time.Duration
 
 	// KafkaBrokers and KafkaTopic override what the token says (e.g. when
@@ -202,6 +213,12 @@ func (c *Config) defaults() error {
 	if c.PushQueue <= 0 {
 		c.PushQueue = DefaultPushQueue
 	}
+	if c.Batch == 0 {
+		c.Batch = 1
+	}
+	if err := CheckBatch(c.Batch); err != nil {
+		return err
+	}
 	if c.HandlerAttempts <= 0 {
 		c.HandlerAttempts = 10
 	}
@@ -213,6 +230,21 @@ func (c *Config) defaults() error {
 	}
 	if c.Clock == nil {
 		c.Clock = mesh.SystemClock
+	}
+	return nil
+}
+
+// MaxBatch bounds Config.Batch (and meshd run --batch).
+const MaxBatch = 1000
+
+// MaxBatchBytes bounds one batch's stdin: a batch stops before the event
+// whose line would take it past this (a single event is never cut).
+const MaxBatchBytes = 8 << 20
+
+// CheckBatch reports a batch size outside 1..MaxBatch.
+func CheckBatch(n int) error {
+	if n < 1 || n > MaxBatch {
+		return fmt.Errorf("meshd: batch size %d is out of range (1..%d)", n, MaxBatch)
 	}
 	return nil
 }
@@ -235,13 +267,19 @@ type runner struct {
 	// of an epoch the mesh does not hand out costs one refresh, not one per
 	// record.
 	keys         map[int][]byte
-	keysOf       string
+	keysOf       keysID
 	refreshedFor int
 	mode         atomic.Value // string: ModeKafka, ModePush or ModePoll, read by heartbeats
 	state        State
 	stateFile    *stateFile // open for the run; persist saves through it
+	ahead        *opener    // the records of the current Kafka poll, opened ahead
 	dirty        bool       // state.Offset moved without being persisted
 	flushed      time.Time
+
+	// parkedAhead are the seqs above the handled one with a dead letter at
+	// start (a crash between parking and marking): handling one again
+	// removes its file. Read once, so a handled event costs no unlink.
+	parkedAhead map[int64]bool
 
 	running    inFlight     // the handler run in progress
 	announced  atomic.Bool  // the first heartbeat was answered
@@ -327,6 +365,18 @@ func (r *runner) run(ctx context.Context, tok meshclient.Token) error {
 	defer r.stateFile.Close()
 	r.handled.Store(r.state.LastSeq)
 	r.flushed = r.cfg.Clock()
+	parked, err := deadLetterSeqs(DeadLetterDir(r.cfg.StateDir, r.agentID))
+	if err != nil {
+		return err
+	}
+	for _, seq := range parked {
+		if seq > r.state.LastSeq {
+			if r.parkedAhead == nil {
+				r.parkedAhead = map[int64]bool{}
+			}
+			r.parkedAhead[seq] = true
+		}
+	}
 	if err := r.firstHeartbeat(ctx); err != nil {
 		return err
 	}
@@ -350,6 +400,10 @@ func (r *runner) run(ctx context.Context, tok meshclient.Token) error {
 		if err := r.persist(); err != nil && (loopErr == nil || errors.Is(loopErr, errStop)) {
 			loopErr = err
 		}
+	}
+	// The last mark's sync, still running behind, ends before the goodbye.
+	if err := r.stateFile.Flush(); err != nil && (loopErr == nil || errors.Is(loopErr, errStop)) {
+		loopErr = err
 	}
 	return loopErr
 }
