@@ -1,6 +1,9 @@
 package meshd
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // CrashBeforeMark makes every mark under stateDir call crash first: a
 // non-nil error from it stands for the process dying after the handler
@@ -14,4 +17,16 @@ func CrashBeforeMark(t testing.TB, stateDir string, crash func(seq int64) error)
 		return crash(seq)
 	}
 	t.Cleanup(func() { crashBeforeMark = nil })
+}
+
+// OnStateSync calls done after every completed fdatasync of a state file
+// (of any agent) until the test ends. Tests using it do not run in parallel.
+func OnStateSync(t testing.TB, done func()) {
+	old := syncState
+	syncState = func(f *os.File) error {
+		err := old(f)
+		done()
+		return err
+	}
+	t.Cleanup(func() { syncState = old })
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,5 +319,44 @@ func TestABatchStopsBeforeItsStdinPassesTheBound(t *testing.T) {
 	}
 	if got := h.handled(); !slices.Equal(got, []int64{1, 2, 3, 4}) {
 		t.Errorf("handled %v", got)
+	}
+}
+
+// A handled event's mark is durable before the next event's handler
+// starts, so a crash of the machine, not only of meshd, reruns at most the
+// event whose handler had not been marked: between the starts of two
+// handlers at least one state fdatasync has completed.
+func TestAMarkIsSyncedBeforeTheNextHandlerStarts(t *testing.T) {
+	f := newFixture(t, true)
+	var recs []*kgo.Record
+	for i := 1; i <= 6; i++ {
+		recs = append(recs, f.record(f.api.add(mesh.EventMessage, "alice", fmt.Sprintf("m%d", i))))
+	}
+	f.produce(recs...)
+	var syncs atomic.Int64
+	meshd.OnStateSync(t, func() { syncs.Add(1) })
+	h := newRecorder()
+	var mu sync.Mutex
+	atStart := map[int64]int64{} // seq -> syncs completed when its handler started
+	h.fail = func(env mesh.Envelope, _ int) error {
+		mu.Lock()
+		atStart[env.Seq] = syncs.Load()
+		mu.Unlock()
+		return nil
+	}
+	r := f.start(h, nil)
+	h.waitFor(t, 6, 30*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The first mark creates the file (its own fsyncs); from the second on
+	// every mark is one Save.
+	for seq := int64(3); seq <= 6; seq++ {
+		if atStart[seq] <= atStart[seq-1] {
+			t.Errorf("the handler of seq %d started with %d syncs done, as many as when seq %d's started: the mark of seq %d was not durable yet",
+				seq, atStart[seq], seq-1, seq-1)
+		}
 	}
 }

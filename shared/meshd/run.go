@@ -111,8 +111,7 @@ type Config struct {
 
 	// FlushEvery bounds how long a consumed-but-skipped Kafka offset (records
 	// of other agents, duplicates) stays unpersisted; default 5 s. Handled
-	// events are written at once, their fdatasync running while the next
-	// event is read and its handler starts (the next mark waits for it).
+	// events are made durable at once, before the next handler starts.
 	FlushEvery time.Duration
 
 	// KafkaBrokers and KafkaTopic override what the token says (e.g. when
@@ -400,10 +399,6 @@ func (r *runner) run(ctx context.Context, tok meshclient.Token) error {
 		if err := r.persist(); err != nil && (loopErr == nil || errors.Is(loopErr, errStop)) {
 			loopErr = err
 		}
-	}
-	// The last mark's sync, still running behind, ends before the goodbye.
-	if err := r.stateFile.Flush(); err != nil && (loopErr == nil || errors.Is(loopErr, errStop)) {
-		loopErr = err
 	}
 	return loopErr
 }

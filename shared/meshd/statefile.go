@@ -120,11 +120,6 @@ type stateFile struct {
 	slot         int      // the slot holding it
 	buf          [stateSlotSize]byte
 	broken       error // a failed write or sync: the page cache can no longer be trusted
-	// syncing is true while the fdatasync of SaveBehind runs: syncReq
-	// asks the syncer goroutine for it, synced brings its result.
-	syncing bool
-	syncReq chan struct{}
-	synced  chan error
 }
 
 // openStateFile loads the state of agentID from dir. An old-format JSON
@@ -219,26 +214,14 @@ func (sf *stateFile) create(s State) error {
 	return nil
 }
 
-// Save makes s the agent's state durably: one WriteAt into the slot not
-// holding the newest record, then one fdatasync. After a failed write or
-// sync the file refuses further saves: what the disk holds is unknown until
-// a reload.
+// Save makes s the state on disk: one WriteAt of the slot the newest
+// record is not in and one fdatasync, done when Save returns. Until the
+// sync ends the other slot holds the record before; a torn write is
+// detected on load by its checksum. After a failed write or sync the page
+// cache can no longer be trusted: every later Save fails.
 func (sf *stateFile) Save(s State) error {
-	if err := sf.SaveBehind(s); err != nil {
-		return err
-	}
-	return sf.Flush()
-}
-
-// SaveBehind is Save whose fdatasync runs behind the caller: s is written
-// (a process that dies now finds it in the page cache) and its sync started,
-// and the next SaveBehind, Save, Flush or Close waits for it. Only a power
-// loss or kernel crash before that sync ends can lose s, and then the other
-// slot holds the record before it. One sync at most is in flight: the slot
-// the next save rewrites is the only durable record until it ends.
-func (sf *stateFile) SaveBehind(s State) error {
-	if err := sf.Flush(); err != nil {
-		return err
+	if sf.broken != nil {
+		return sf.broken
 	}
 	if s.AgentID != sf.agentID {
 		return fmt.Errorf("meshd: state of agent %q saved to the file of %q", s.AgentID, sf.agentID)
@@ -254,61 +237,26 @@ func (sf *stateFile) SaveBehind(s State) error {
 		sf.broken = fmt.Errorf("meshd: write state: %w", err)
 		return sf.broken
 	}
-	sf.gen, sf.slot = sf.gen+1, next
-	if sf.syncReq == nil {
-		// One syncer for the file's life, not a goroutine per mark.
-		sf.syncReq, sf.synced = make(chan struct{}, 1), make(chan error, 1)
-		go func(f *os.File, req <-chan struct{}, done chan<- error) {
-			for range req {
-				done <- syncState(f)
-			}
-		}(sf.f, sf.syncReq, sf.synced)
+	if err := syncState(sf.f); err != nil {
+		sf.broken = fmt.Errorf("meshd: sync state: %w", err)
+		return sf.broken
 	}
-	sf.syncing = true
-	sf.syncReq <- struct{}{}
+	sf.gen, sf.slot = sf.gen+1, next
 	return nil
 }
 
-// Flush waits for the sync in flight, if any, and reports the file broken
-// when it (or an earlier write or sync) failed.
-func (sf *stateFile) Flush() error {
-	if sf.syncing {
-		sf.syncing = false
-		if flushWaits != nil {
-			flushWaits()
-		}
-		if err := <-sf.synced; err != nil && sf.broken == nil {
-			sf.broken = fmt.Errorf("meshd: sync state: %w", err)
-		}
-	}
-	return sf.broken
-}
-
-// syncState makes a state write durable; tests replace it to hold a sync
-// in flight.
+// syncState makes a state write durable; tests replace it to watch or fail
+// the syncs.
 var syncState = datasync
-
-// flushWaits, set by tests only, is called when Flush is about to wait for
-// a sync in flight.
-var flushWaits func()
 
 var errStateClosed = errors.New("meshd: state file closed")
 
-// Close waits for a sync in flight (returning its failure) and releases
-// the file; a closed stateFile may be reopened, not reused.
+// Close releases the file; a closed stateFile may be reopened, not reused.
 func (sf *stateFile) Close() error {
 	if sf == nil || sf.f == nil {
 		return nil
 	}
-	ferr := sf.Flush()
-	if sf.syncReq != nil {
-		close(sf.syncReq) // ends the syncer
-		sf.syncReq = nil
-	}
 	err := sf.f.Close()
-	if err == nil && ferr != nil && !errors.Is(ferr, errStateClosed) {
-		err = ferr
-	}
 	sf.f, sf.broken = nil, errStateClosed
 	return err
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -358,32 +357,10 @@ func BenchmarkStateSave(b *testing.B) {
 	})
 }
 
-// TestStateFileSaveBehind checks the mark whose fdatasync runs behind the
-// next event: it is in the file at once (a process that dies finds it),
-// the next save never rewrites the other slot before that sync ended (a
-// power loss can undo one mark, never both slots), and a failed sync
-// refuses the next save.
-func TestStateFileSaveBehind(t *testing.T) {
-	hold := func(t *testing.T) (entered chan struct{}, release chan error) {
-		entered, release = make(chan struct{}, 4), make(chan error)
-		stop := make(chan struct{})
-		old := syncState
-		syncState = func(f *os.File) error {
-			entered <- struct{}{}
-			select {
-			case err := <-release:
-				if err != nil {
-					return err
-				}
-				return old(f)
-			case <-stop: // the test failed with syncs held: let Close end
-				return os.ErrClosed
-			}
-		}
-		// Registered after open's Close, so it runs first.
-		t.Cleanup(func() { close(stop); syncState = old })
-		return entered, release
-	}
+// TestStateFileSaveIsDurableWhenItReturns checks that a save has synced
+// when it returns, and that a failed sync refuses every later save (the
+// page cache can no longer be trusted).
+func TestStateFileSaveIsDurableWhenItReturns(t *testing.T) {
 	open := func(t *testing.T) (string, *stateFile) {
 		dir := saved(t, 1) // created: slot 0 holds gen 1
 		sf, _, err := openStateFile(dir, "bob")
@@ -393,64 +370,43 @@ func TestStateFileSaveBehind(t *testing.T) {
 		t.Cleanup(func() { _ = sf.Close() })
 		return dir, sf
 	}
-	t.Run("the mark is in the file while its sync still runs", func(t *testing.T) {
+	watch := func(t *testing.T, fail error) *int {
+		old := syncState
+		n := 0
+		syncState = func(f *os.File) error {
+			if fail != nil {
+				return fail
+			}
+			err := old(f)
+			n++
+			return err
+		}
+		t.Cleanup(func() { syncState = old })
+		return &n
+	}
+	t.Run("each save has synced the file when it returns", func(t *testing.T) {
 		dir, sf := open(t)
-		entered, release := hold(t)
-		if err := sf.SaveBehind(sampleState(2)); err != nil {
-			t.Fatal(err)
+		synced := watch(t, nil)
+		for seq := int64(2); seq <= 4; seq++ {
+			if err := sf.Save(sampleState(seq)); err != nil {
+				t.Fatal(err)
+			}
+			if want := int(seq - 1); *synced != want {
+				t.Fatalf("after the save of seq %d: %d syncs done, want %d", seq, *synced, want)
+			}
 		}
-		<-entered
-		if s, err := LoadState(dir, "bob"); err != nil || s.LastSeq != 2 {
-			t.Errorf("state %+v err %v while the sync runs, want last_seq 2", s, err)
-		}
-		release <- nil
-		if err := sf.Flush(); err != nil {
-			t.Fatal(err)
+		if s, err := LoadState(dir, "bob"); err != nil || s.LastSeq != 4 {
+			t.Errorf("state %+v err %v, want last_seq 4", s, err)
 		}
 	})
-	t.Run("the next save waits for the sync in flight before rewriting the other slot", func(t *testing.T) {
-		dir, sf := open(t)
-		entered, release := hold(t)
-		if err := sf.SaveBehind(sampleState(2)); err != nil {
-			t.Fatal(err)
-		}
-		<-entered
-		waiting := make(chan struct{})
-		var once sync.Once
-		flushWaits = func() { once.Do(func() { close(waiting) }) }
-		t.Cleanup(func() { flushWaits = nil })
-		done := make(chan error, 1)
-		go func() { done <- sf.SaveBehind(sampleState(3)) }()
-		select {
-		case <-waiting:
-		case err := <-done:
-			t.Fatalf("the next save returned (%v) while the sync of the one before ran", err)
-		}
-		if gen, ok := slotGen(t, dir, 0); !ok || gen != 1 {
-			t.Errorf("slot 0 gen %d valid %v while the newer slot's sync runs, want gen 1 intact", gen, ok)
-		}
-		release <- nil
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		<-entered
-		release <- nil
-		if err := sf.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if s, err := LoadState(dir, "bob"); err != nil || s.LastSeq != 3 {
-			t.Errorf("state %+v err %v, want last_seq 3", s, err)
-		}
-	})
-	t.Run("a failed sync refuses the next save", func(t *testing.T) {
+	t.Run("a failed sync refuses this save and every later one", func(t *testing.T) {
 		_, sf := open(t)
-		entered, release := hold(t)
-		if err := sf.SaveBehind(sampleState(2)); err != nil {
-			t.Fatal(err)
+		watch(t, os.ErrInvalid)
+		if err := sf.Save(sampleState(2)); err == nil || !strings.Contains(err.Error(), "sync state") {
+			t.Errorf("save whose sync failed: %v, want the sync's failure", err)
 		}
-		<-entered
-		release <- os.ErrInvalid
-		if err := sf.SaveBehind(sampleState(3)); err == nil || !strings.Contains(err.Error(), "sync state") {
+		syncState = datasync
+		if err := sf.Save(sampleState(3)); err == nil || !strings.Contains(err.Error(), "sync state") {
 			t.Errorf("save after a failed sync: %v, want the sync's failure", err)
 		}
 	})
