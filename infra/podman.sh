@@ -102,16 +102,32 @@ EOF
 
 start_service() {
   engine_ok && return 0
-  rm -f "$SOCK"
-  say "starting podman system service on $SOCK…"
-  setsid podman system service --time=0 "unix://$SOCK" >"$DIR/service.log" 2>&1 </dev/null 9>&- &
-  echo $! >"$SERVICE_PID"
-  for _ in $(seq 100); do
-    engine_ok && return 0
-    alive "$SERVICE_PID" "$SOCK" || break
-    sleep 0.2
+  local attempt pid status why=""
+  # A service that exits at once is started again (twice at most), saying
+  # how it ended: one CI run saw it end without a word, and the next start
+  # worked.
+  for attempt in 1 2 3; do
+    rm -f "$SOCK"
+    say "starting podman system service on $SOCK…"
+    setsid podman system service --time=0 "unix://$SOCK" >"$DIR/service.log" 2>&1 </dev/null 9>&- &
+    pid=$!
+    echo "$pid" >"$SERVICE_PID"
+    for _ in $(seq 100); do
+      engine_ok && return 0
+      alive "$SERVICE_PID" "$SOCK" || break
+      sleep 0.2
+    done
+    if alive "$SERVICE_PID" "$SOCK"; then
+      why="no answer on $SOCK in 20 s"
+      kill "$pid" 2>/dev/null || true
+    else
+      status=0
+      wait "$pid" 2>/dev/null || status=$?
+      why="exited with status $status: $(tail -3 "$DIR/service.log" 2>/dev/null | tr '\n' ' ')"
+    fi
+    say "podman system service did not start (attempt $attempt: $why)"
   done
-  die "podman system service did not start ($(tail -1 "$DIR/service.log" 2>/dev/null)); see $DIR/service.log"
+  die "podman system service did not start ($why); see $DIR/service.log"
 }
 
 # The base image from local files: busybox-static (SAM's Dockerfile runs
