@@ -112,13 +112,14 @@ start_service() {
     setsid podman system service --time=0 "unix://$SOCK" >"$DIR/service.log" 2>&1 </dev/null 9>&- &
     pid=$!
     echo "$pid" >"$SERVICE_PID"
-    for _ in $(seq 100); do
+    # A first start on a new store can take tens of seconds.
+    for _ in $(seq 300); do
       engine_ok && return 0
       alive "$SERVICE_PID" "$SOCK" || break
       sleep 0.2
     done
     if alive "$SERVICE_PID" "$SOCK"; then
-      why="no answer on $SOCK in 20 s"
+      why="no answer on $SOCK in 60 s"
       kill "$pid" 2>/dev/null || true
     else
       status=0
@@ -231,11 +232,20 @@ cmd_down() {
     needle="${f#*:}" f="${f%%:*}"
     if alive "$f" "$needle"; then
       kill "$(<"$f")" 2>/dev/null || true
+      # Bounded wait for it to exit, so the mounts below are free.
+      for _ in $(seq 50); do alive "$f" "$needle" || break; sleep 0.2; done
       stopped=1
     fi
     rm -f "$f"
   done
   rm -f "$SOCK"
+  # The engine bind-mounts its overlay store onto itself and leaves it
+  # mounted: unmount what lies under our own directory (deepest first), so
+  # `rm -rf` of a checkout works. Nothing outside $DIR is touched.
+  local m
+  while read -r m; do
+    [[ $m == "$DIR"/* ]] && umount "$m" 2>/dev/null || true
+  done < <(awk '{print $5}' /proc/self/mountinfo | sort -r)
   ((stopped)) && say "stopped the service and forwarder this script started" || say "nothing of ours was running"
 }
 
