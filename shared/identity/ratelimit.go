@@ -18,6 +18,13 @@ const (
 	RateBurst     = 100
 )
 
+// GCRA in microseconds: the emission interval of one request and the
+// bucket's tolerance (the burst).
+const (
+	rateInterval  = int64(time.Second/time.Microsecond) / RatePerSecond
+	rateTolerance = rateInterval * RateBurst
+)
+
 // takeReadRate spends one request of the caller's budget as its own
 // autocommit statement before a read: every read route pays, as every write
 // does inside its transaction.
@@ -41,16 +48,14 @@ func TakeRate(ctx context.Context, q Querier, agentID string, now time.Time) err
 // agent in debt: no further request passes until the cost has refilled
 // (total/RatePerSecond seconds).
 func TakeRateN(ctx context.Context, q Querier, agentID string, now time.Time, total, spent int) error {
-	const interval = int64(time.Second/time.Microsecond) / RatePerSecond
-	const tolerance = interval * RateBurst
 	if total <= spent {
 		return nil
 	}
-	more, before := interval*int64(total-spent), interval*int64(spent)
+	more, before := rateInterval*int64(total-spent), rateInterval*int64(spent)
 	nowUS := now.UnixMicro()
 	res, err := q.ExecContext(ctx, `UPDATE rate_limits SET tat_us = GREATEST(tat_us, ?) + ?
 WHERE agent_id = ? AND (GREATEST(tat_us, ?) + ? - ? <= ? OR tat_us - ? <= ?)`,
-		nowUS, more, agentID, nowUS, more, nowUS, tolerance, before, nowUS)
+		nowUS, more, agentID, nowUS, more, nowUS, rateTolerance, before, nowUS)
 	if err != nil {
 		return err
 	}
@@ -70,14 +75,12 @@ WHERE agent_id = ? AND (GREATEST(tat_us, ?) + ? - ? <= ? OR tat_us - ? <= ?)`,
 // rateLimited is the 429 of a request of cost total (spent of it already
 // taken) refused at nowUS by a bucket at tat.
 func rateLimited(tat, nowUS int64, total, spent int) error {
-	const interval = int64(time.Second/time.Microsecond) / RatePerSecond
-	const tolerance = interval * RateBurst
-	before := interval * int64(spent)
+	before := rateInterval * int64(spent)
 	// The request fits once the bucket (as it was before the request) has
 	// drained enough for its whole cost or, for a cost above the burst,
 	// once it is full.
 	tat0 := tat - before
-	waitUS := min(tat0+interval*int64(total)-tolerance, tat0) - nowUS
+	waitUS := min(tat0+rateInterval*int64(total)-rateTolerance, tat0) - nowUS
 	retry := int((waitUS + 999_999) / 1_000_000)
 	if retry < 1 {
 		retry = 1
@@ -113,10 +116,8 @@ const whyNoBumpSQL = `SELECT (SELECT COUNT(*) FROM api_keys WHERE key_id = ? AND
 // rate row 401, a spent budget 429, an unknown recipient 403
 // not_reachable. The key's liveness on success is OpenSendGate's to check.
 func TakeRateBumping(ctx context.Context, q Querier, agentID, keyID, recipient string, now time.Time) (int64, error) {
-	const interval = int64(time.Second/time.Microsecond) / RatePerSecond
-	const tolerance = interval * RateBurst
 	nowUS := now.UnixMicro()
-	res, err := q.ExecContext(ctx, takeRateBumpingSQL, recipient, nowUS, interval, agentID, nowUS, interval, nowUS, tolerance)
+	res, err := q.ExecContext(ctx, takeRateBumpingSQL, recipient, nowUS, rateInterval, agentID, nowUS, rateInterval, nowUS, rateTolerance)
 	if err != nil {
 		return 0, err
 	}
@@ -136,7 +137,7 @@ func TakeRateBumping(ctx context.Context, q Querier, agentID, keyID, recipient s
 		return 0, ErrKeyRevoked
 	case !tat.Valid:
 		return 0, mesh.ErrUnauthorized
-	case max(tat.Int64, nowUS)+interval-nowUS > tolerance:
+	case max(tat.Int64, nowUS)+rateInterval-nowUS > rateTolerance:
 		return 0, rateLimited(tat.Int64, nowUS, 1, 0)
 	case counters == 0:
 		return 0, mesh.ErrNotReachable

@@ -99,16 +99,10 @@ type writeCtx struct {
 func write[T any](ctx context.Context, s *Service, caller, clientID string, hashOf any,
 	body func(ctx context.Context, tx *sql.Tx, w writeCtx) (T, error)) (T, error) {
 	var zero T
-	w := writeCtx{caller: caller, messageID: clientID, traceID: s.traceID(ctx)}
-	if w.messageID == "" {
-		// Minted once, outside the transaction, so a deadlock retry reuses it.
-		w.messageID = newID()
-	}
-	canon, err := json.Marshal(hashOf)
+	w, hash, err := s.startWrite(ctx, caller, clientID, hashOf)
 	if err != nil {
-		return zero, mesh.Internal(err)
+		return zero, err
 	}
-	hash := sha256.Sum256(canon)
 	var out T
 	err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
 		out = zero // a deadlock retry starts afresh
@@ -150,6 +144,36 @@ func write[T any](ctx context.Context, s *Service, caller, clientID string, hash
 	return out, nil
 }
 
+// startWrite is what a write knows before its transaction: its context,
+// with the message id minted once outside it (a deadlock retry reuses it),
+// and the hash of the request that decides whether a reused client
+// message_id is a retry or a conflict.
+func (s *Service) startWrite(ctx context.Context, caller, clientID string, hashOf any) (writeCtx, [sha256.Size]byte, error) {
+	w := writeCtx{caller: caller, messageID: clientID, traceID: s.traceID(ctx)}
+	if w.messageID == "" {
+		w.messageID = newID()
+	}
+	canon, err := json.Marshal(hashOf)
+	if err != nil {
+		return writeCtx{}, [sha256.Size]byte{}, mesh.Internal(err)
+	}
+	return w, sha256.Sum256(canon), nil
+}
+
+// storedResponse reads the idempotency row of sender's messageID with query
+// (readIdemSQL or idemReadSQL): its stored response when the request hash
+// matches, errIDConflict when it does not, sql.ErrNoRows when there is none.
+func storedResponse(ctx context.Context, tx *sql.Tx, query, sender, messageID string, hash []byte) ([]byte, error) {
+	var stored, response []byte
+	if err := tx.QueryRowContext(ctx, query, sender, messageID).Scan(&stored, &response); err != nil {
+		return nil, err
+	}
+	if string(stored) != string(hash) {
+		return nil, errIDConflict
+	}
+	return response, nil
+}
+
 // claimKey inserts the idempotency key, which also serialises concurrent
 // retries of one request on its row. If the key exists, it returns the stored
 // response (done) or a 409 when the content differs.
@@ -161,15 +185,11 @@ func claimKey(ctx context.Context, tx *sql.Tx, sender, messageID string, hash []
 	if !mysql.IsDuplicate(err) {
 		return nil, false, err
 	}
-	var stored []byte
-	var response string
-	if err := tx.QueryRowContext(ctx, readIdemSQL, sender, messageID).Scan(&stored, &response); err != nil {
+	response, err := storedResponse(ctx, tx, readIdemSQL, sender, messageID, hash)
+	if err != nil {
 		return nil, false, err
 	}
-	if string(stored) != string(hash) {
-		return nil, false, errIDConflict
-	}
-	return []byte(response), true, nil
+	return response, true, nil
 }
 
 // lockTask reads a task FOR UPDATE and checks caller is one of its parties;
@@ -330,28 +350,20 @@ var (
 // answer; a replay spends its rate token on its own, as it always did.
 func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendRequest, parts json.RawMessage, h hashed) (SendResult, error) {
 	clientID := req.MessageID
-	w := writeCtx{caller: caller, messageID: clientID, traceID: s.traceID(ctx)}
-	if w.messageID == "" {
-		w.messageID = newID()
-	}
-	canon, err := json.Marshal(h)
+	w, hash, err := s.startWrite(ctx, caller, clientID, h)
 	if err != nil {
-		return SendResult{}, mesh.Internal(err)
+		return SendResult{}, err
 	}
-	hash := sha256.Sum256(canon)
 	var out SendResult
 	// stored answers with the replay (errReplay, out set) or conflict of a
 	// committed request with clientID, nil when there is none.
 	stored := func(tx *sql.Tx) error {
-		var storedHash, resp []byte
-		err := tx.QueryRowContext(ctx, idemReadSQL, caller, clientID).Scan(&storedHash, &resp)
+		resp, err := storedResponse(ctx, tx, idemReadSQL, caller, clientID, hash[:])
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return nil
 		case err != nil:
 			return err
-		case string(storedHash) != string(hash[:]):
-			return errIDConflict
 		}
 		if err := json.Unmarshal(resp, &out); err != nil {
 			return err
