@@ -71,7 +71,9 @@ func newFakePush(t *testing.T, api *fakeAPI) *fakePush {
 	t.Cleanup(func() {
 		p.mu.Lock()
 		for _, peer := range p.open {
-			_ = peer.c.CloseNow()
+			if peer.c != nil {
+				_ = peer.c.CloseNow()
+			}
 		}
 		p.mu.Unlock()
 		srv.Close()
@@ -125,6 +127,13 @@ func (p *fakePush) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if onAccept != nil {
 		onAccept(k)
 	}
+	// The connection counts as open from before the upgrade: meshd may see
+	// the 101 answer and close its old connection before Accept returns
+	// here, and that close must find this one open.
+	peer := &pushPeer{k: k}
+	p.mu.Lock()
+	p.open = append(p.open, peer)
+	p.mu.Unlock()
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPingReceived: func(context.Context, []byte) bool {
 		select {
 		case p.pings <- struct{}{}:
@@ -134,12 +143,13 @@ func (p *fakePush) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer p.mu.Unlock()
 		return !p.deaf
 	}})
+	p.mu.Lock()
 	if err != nil {
+		p.open = slices.DeleteFunc(p.open, func(o *pushPeer) bool { return o == peer })
+		p.mu.Unlock()
 		return
 	}
-	peer := &pushPeer{k: k, c: c}
-	p.mu.Lock()
-	p.open = append(p.open, peer)
+	peer.c = c
 	p.mu.Unlock()
 	p.accepted <- peer
 	// Reading answers pings and sees the client's close.
