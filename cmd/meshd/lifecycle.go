@@ -460,6 +460,9 @@ type daemonStatus struct {
 	Log         string     `json:"log,omitempty"`
 	APIError    string     `json:"api_error,omitempty"`
 	LastBeatAgo string     `json:"-"`
+
+	// Lost is the latest loss of events past the mesh's retention.
+	Lost *meshd.LostEvents `json:"lost,omitempty"`
 }
 
 func setupStatus(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) error {
@@ -480,6 +483,9 @@ func setupStatus(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) e
 			return err
 		}
 		st.HandledSeq = state.LastSeq
+		if state.Lost.Total > 0 {
+			st.Lost = &state.Lost
+		}
 		dls, err := meshd.ListDeadLetters(dir, agent)
 		if err != nil {
 			return err
@@ -516,6 +522,10 @@ func setupStatus(fs *pflag.FlagSet, e *cliEnv) func(context.Context, []string) e
 			fmt.Fprintf(e.stdout, "presence  %s (last heartbeat %s)\nhandled   seq %d of %d, lag %d\n", st.Presence, st.LastBeatAgo, st.HandledSeq, st.NewestSeq, st.Lag)
 		}
 		fmt.Fprintf(e.stdout, "parked    %d (meshd deadletters)\n", st.Parked)
+		if l := st.Lost; l != nil {
+			fmt.Fprintf(e.stdout, "lost      %d events from seq %d (seq %d-%d expired before they were handled, %s; %d in all)\n",
+				l.Count(), l.FromSeq, l.FromSeq, l.ToSeq, l.At.Format(time.RFC3339), l.Total)
+		}
 		if st.Log != "" {
 			fmt.Fprintf(e.stdout, "log       %s\n", st.Log)
 		}

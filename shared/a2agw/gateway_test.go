@@ -379,6 +379,16 @@ func TestCancelAndList(t *testing.T) {
 			t.Errorf("%s", out)
 		}
 	})
+	t.Run("the same message again after the caller's cancel opens a new task (the caller had the answer: not a retry)", func(t *testing.T) {
+		if again := send("m-a"); again == a || again == "" {
+			t.Errorf("the message id of the canceled task answered task %q, want a new one", again)
+		}
+	})
+	t.Run("the same message again while its task is live is a retry", func(t *testing.T) {
+		if again := send("m-b"); again != b {
+			t.Errorf("a retry answered task %q, want %q", again, b)
+		}
+	})
 	t.Run("the task is not bob's to see as a task of his own endpoint", func(t *testing.T) {
 		// bob is a stranger-free friend of alice but did not publish... alice
 		// did not publish either: bob calling alice's endpoint is refused.

@@ -134,7 +134,7 @@ func (h *meshHandler) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest
 	if mesh.TerminalTaskState(d.Status) {
 		return nil, a2a.NewError(a2a.ErrTaskNotCancelable, "the task is "+d.Status+" and cannot be canceled")
 	}
-	if _, err := h.g.Tasks.UpdateStatus(ctx, h.caller, id, tasks.StatusRequest{Status: mesh.TaskCanceled}); err != nil {
+	if _, err := h.g.Tasks.UpdateStatus(ctx, h.caller, id, tasks.StatusRequest{Status: mesh.TaskCanceled, MessageID: tasks.A2ACancelID(id)}); err != nil {
 		if mesh.IsKind(err, mesh.KindConflict) {
 			// It finished meanwhile.
 			return nil, a2a.NewError(a2a.ErrTaskNotCancelable, "the task finished and cannot be canceled")

@@ -77,6 +77,9 @@ type Config struct {
 	MaxMessageBytes int
 	TaskIdleTimeout time.Duration
 	OutboxRetention time.Duration
+	// Retention is how long the retention janitor keeps finished rows
+	// (shared/retention; defaults equal to its Default*Retention).
+	Retention RetentionConfig
 	// MaxLongPolls caps the concurrent long polls of GET /v1/inbox per
 	// agent (MESH_MAX_LONG_POLLS, default 2).
 	MaxLongPolls int
@@ -105,6 +108,16 @@ type Config struct {
 	// for absolute links such as the OAuth token endpoint an agent card
 	// declares ({PublicAPIURL}/v1/oauth/token).
 	PublicAPIURL string
+}
+
+// RetentionConfig is how long finished rows are kept: terminal tasks after
+// their last change (MESH_TASK_RETENTION, 720h), audit entries
+// (MESH_AUDIT_RETENTION, 8760h), answered friend requests
+// (MESH_FRIEND_REQUEST_RETENTION, 720h), expired sessions
+// (MESH_SESSION_RETENTION, 168h) and revoked keys
+// (MESH_REVOKED_KEY_RETENTION, 720h).
+type RetentionConfig struct {
+	Tasks, AuditLog, FriendRequests, Sessions, RevokedKeys time.Duration
 }
 
 // Getenv is the lookup Load uses; tests pass a map.
@@ -171,6 +184,19 @@ func Load(getenv Getenv) (Config, error) {
 	}
 	if c.PushMaxConnAge, err = durVar(getenv, "MESH_PUSH_MAX_CONN_AGE", c.PushMaxConnAge); err != nil {
 		return c, err
+	}
+	c.Retention = RetentionConfig{Tasks: 720 * time.Hour, AuditLog: 8760 * time.Hour,
+		FriendRequests: 720 * time.Hour, Sessions: 168 * time.Hour, RevokedKeys: 720 * time.Hour}
+	for name, d := range map[string]*time.Duration{
+		"MESH_TASK_RETENTION":           &c.Retention.Tasks,
+		"MESH_AUDIT_RETENTION":          &c.Retention.AuditLog,
+		"MESH_FRIEND_REQUEST_RETENTION": &c.Retention.FriendRequests,
+		"MESH_SESSION_RETENTION":        &c.Retention.Sessions,
+		"MESH_REVOKED_KEY_RETENTION":    &c.Retention.RevokedKeys,
+	} {
+		if *d, err = durVar(getenv, name, *d); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }

@@ -167,33 +167,47 @@ func TestTheConsoleInChromium(t *testing.T) {
 	defer func() { t.Logf("screenshots (1280x800): %s", strings.Join(saved, " ")) }()
 	do(t, "set the viewport", chromedp.EmulateViewport(1280, 800))
 
+	// signIn fills the sign-in form, which does not refresh itself: real
+	// key strokes here.
+	signIn := func(t *testing.T) {
+		t.Helper()
+		do(t, "sign in", chromedp.SendKeys(chromedp.CSS(`input[name="email"]`), email), chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), password),
+			chromedp.Click(chromedp.CSS(`form#signin button[type="submit"]`)))
+	}
 	t.Run("a signed-out visitor lands on the sign-in page and signs in", func(t *testing.T) {
-		// The sign-in page does not refresh itself: real key strokes here.
 		open(t, "open the console", "/console")
 		waitFor(t, "the sign-in form", `document.querySelector("form#signin") !== null`)
 		shot(t, "01-signin")
-		do(t, "sign in", chromedp.SendKeys(chromedp.CSS(`input[name="email"]`), email), chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), password),
-			chromedp.Click(chromedp.CSS(`form#signin button[type="submit"]`)))
+		signIn(t)
 		waitFor(t, "the agents page", `location.pathname === "/console/agents" && document.querySelector("form#create-agent") !== null`)
 	})
 
-	var apiKey string
-	t.Run("creating an agent shows its API key once", func(t *testing.T) {
+	// createAgent creates an agent with the agents page's form and returns
+	// the API key the page shows, once the key box is dismissed.
+	createAgent := func(t *testing.T, id, name, screenshot string) string {
+		t.Helper()
 		// Filled and submitted in one task: a refresh cannot fall between
 		// the fields. Submitting holds the refresh until the key is gone.
-		act(t, "create browser-bot", `var f = document.getElementById("create-agent"); if (!f) return false;
-			f.querySelector('input[name="agent_id"]').value = "browser-bot";
-			f.querySelector('input[name="name"]').value = "Browser bot";
-			f.requestSubmit(f.querySelector('button[type="submit"]')); return true;`)
+		act(t, "create "+id, fmt.Sprintf(`var f = document.getElementById("create-agent"); if (!f) return false;
+			f.querySelector('input[name="agent_id"]').value = %s;
+			f.querySelector('input[name="name"]').value = %s;
+			f.requestSubmit(f.querySelector('button[type="submit"]')); return true;`, jsString(id), jsString(name)))
 		key := inPage[string](t, bctx, "the key box", `(function () { var b = document.getElementById("new-key"), v = document.getElementById("new-key-value");
 			return b !== null && !b.hidden && v !== null && v.textContent; })()`)
 		if !strings.HasPrefix(key, "amk_") {
 			t.Fatalf("shown key %q", key)
 		}
-		apiKey = key
-		shot(t, "02-agents-new-key")
+		if screenshot != "" {
+			shot(t, screenshot)
+		}
 		click(t, "dismiss the key", "#new-key-done")
-		waitFor(t, "the agent's row", `document.querySelector('tr[data-agent="browser-bot"]') !== null && document.getElementById("new-key").hidden`)
+		waitFor(t, "the agent's row", fmt.Sprintf(`document.querySelector('tr[data-agent=%s]') !== null && document.getElementById("new-key").hidden`, jsString(id)))
+		return key
+	}
+
+	var apiKey string
+	t.Run("creating an agent shows its API key once", func(t *testing.T) {
+		apiKey = createAgent(t, "browser-bot", "Browser bot", "02-agents-new-key")
 		page := inPage[string](t, bctx, "read the page", `document.documentElement.outerHTML`)
 		if strings.Contains(page, apiKey) {
 			t.Fatal("the API key is still on the page after it was shown")
@@ -252,12 +266,13 @@ func TestTheConsoleInChromium(t *testing.T) {
 		}
 	})
 
+	var taskID string
 	t.Run("a message sent to the agent through the API appears in its task timeline", func(t *testing.T) {
 		text := "Hello browser-bot, this came through POST /v1/messages."
 		sent := api(t, base, "POST", "/v1/messages", visitorTok, map[string]any{"to": "browser-bot", "parts": []map[string]any{{"kind": "text", "text": text}}})
 		g := api(t, base, "POST", "/v1/groups", visitorTok, map[string]any{"name": "Browser testers"})
 		api(t, base, "POST", "/v1/groups/"+g["group_id"].(string)+"/members", visitorTok, map[string]any{"agent_id": "browser-bot"})
-		taskID := sent["task_id"].(string)
+		taskID = sent["task_id"].(string)
 		open(t, "open the tasks", "/console/agents/browser-bot/tasks")
 		contains(t, "the task listed", "table", taskID)
 		shot(t, "06-tasks")
@@ -301,6 +316,57 @@ func TestTheConsoleInChromium(t *testing.T) {
 		shot(t, "10-audit")
 	})
 
+	// The dialog's parts, read in one task.
+	const dialogOpen = `(function () { var d = document.getElementById("confirm-delete"); return d !== null && d.open; })()`
+	dialogText := func(part string) string {
+		return fmt.Sprintf(`document.querySelector("#confirm-delete %s").innerText`, part)
+	}
+	goDisabled := `document.querySelector("#confirm-delete .confirm-go").disabled`
+	withAgentsShown := `(document.querySelector("#confirm-delete .with-agents").getClientRects().length > 0)`
+	typeBack := func(t *testing.T, text string) {
+		t.Helper()
+		do(t, "type "+text, chromedp.SendKeys(chromedp.CSS(`#confirm-delete input[name="confirm"]`), text))
+	}
+
+	t.Run("deleting an agent asks for its id typed back, then the list refreshes without it", func(t *testing.T) {
+		open(t, "open the agents", "/console/agents")
+		// Opening the dialog holds the page's refresh until it closes.
+		click(t, "delete browser-bot", `button.delete-agent[data-agent="browser-bot"]`)
+		waitFor(t, "the dialog naming the agent", dialogOpen+` && `+dialogText(".confirm-title")+`.includes("browser-bot") && `+
+			dialogText(".confirm-name")+` === "browser-bot" && `+goDisabled+` && `+withAgentsShown+` === false`)
+		typeBack(t, "browser-bo")
+		if state := inPage[string](t, bctx, "the button after a wrong id", goDisabled+` ? "disabled" : "armed"`); state != "disabled" {
+			t.Fatal("the Delete button is armed before the whole id was typed")
+		}
+		typeBack(t, "t")
+		waitFor(t, "the button armed", `!(`+goDisabled+`)`)
+		shot(t, "11-delete-agent-confirm")
+		// An open card editor holds the page's own refresh: the list that
+		// comes back is the deletion's reload, not the 5 s one.
+		act(t, "hold the refresh and confirm", `var d = document.querySelector("details.a2a-edit"), b = document.querySelector("#confirm-delete .confirm-go");
+			if (!d || !b) return false; d.open = true; b.click(); return true;`)
+		waitFor(t, "the list without the agent, and the notice", `document.querySelector('tr[data-agent="browser-bot"]') === null &&
+			document.getElementById("flash").innerText.includes("Deleted the agent browser-bot.")`)
+		shot(t, "12-agent-deleted")
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM agents WHERE agent_id = 'browser-bot'").Scan(&n); err != nil || n != 0 {
+			t.Fatalf("agents rows of browser-bot: %d (%v)", n, err)
+		}
+		// The other party's task ended, and names the agent "deleted".
+		task, _ := json.Marshal(api(t, base, "GET", "/v1/tasks/"+taskID, visitorTok, nil))
+		if !strings.Contains(string(task), `"status":"failed"`) || !strings.Contains(string(task), `"recipient":"deleted"`) {
+			t.Fatalf("the visitor's task after the deletion: %s", task)
+		}
+	})
+
+	t.Run("creating an agent with a deleted agent's id shows the API's error", func(t *testing.T) {
+		act(t, "create browser-bot again", `var f = document.getElementById("create-agent"); if (!f) return false;
+			f.querySelector('input[name="agent_id"]').value = "browser-bot";
+			f.requestSubmit(f.querySelector('button[type="submit"]')); return true;`)
+		contains(t, "the error's detail, code and status", "#flash.bad", "(agent_id_retired, HTTP 409)")
+		shot(t, "13-agent-id-retired")
+	})
+
 	t.Run("the pages refresh by themselves", func(t *testing.T) {
 		open(t, "open the agents", "/console/agents")
 		act(t, "mark the page", `if (document.querySelector("footer") === null) return false; window.__marked = true; return true;`)
@@ -312,6 +378,38 @@ func TestTheConsoleInChromium(t *testing.T) {
 		waitFor(t, "the sign-in page", `location.pathname === "/console/signin"`)
 		open(t, "open the agents again", "/console/agents")
 		waitFor(t, "sent to sign in", `location.pathname === "/console/signin"`)
+	})
+
+	t.Run("deleting the account offers to take its agents along, then signs out", func(t *testing.T) {
+		signIn(t)
+		waitFor(t, "the agents page", `location.pathname === "/console/agents" && document.querySelector("form#create-agent") !== null`)
+		createAgent(t, "doomed-bot", "Doomed bot", "")
+		click(t, "delete the account", "#delete-account")
+		waitFor(t, "the dialog naming the account, with the choice", dialogOpen+` && `+dialogText(".confirm-name")+` === `+jsString(email)+
+			` && `+withAgentsShown)
+		typeBack(t, email)
+		// Without the box: the API refuses, and the dialog says why.
+		click(t, "confirm without the agents", "#confirm-delete .confirm-go")
+		waitFor(t, "the refusal in the dialog", dialogOpen+` && `+dialogText(".confirm-error")+`.includes("(account_has_agents, HTTP 409)")`)
+		shot(t, "14-delete-account-has-agents")
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM accounts WHERE email = ?", email).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("accounts after the refusal: %d (%v)", n, err)
+		}
+		act(t, "tick the box and confirm", `var d = document.getElementById("confirm-delete"); if (!d || !d.open) return false;
+			d.querySelector('input[name="with_agents"]').checked = true; d.querySelector(".confirm-go").click(); return true;`)
+		waitFor(t, "signed out, with the notice", `location.pathname === "/console/signin" &&
+			document.getElementById("flash").innerText.includes("was deleted")`)
+		shot(t, "15-account-deleted")
+		var accountsLeft, agentsLeft int
+		if err := db.QueryRow("SELECT (SELECT COUNT(*) FROM accounts WHERE email = ?), (SELECT COUNT(*) FROM agents WHERE agent_id = 'doomed-bot')", email).
+			Scan(&accountsLeft, &agentsLeft); err != nil || accountsLeft != 0 || agentsLeft != 0 {
+			t.Fatalf("left after the deletion: %d accounts, %d agents (%v)", accountsLeft, agentsLeft, err)
+		}
+		open(t, "open the agents again", "/console/agents")
+		waitFor(t, "sent to sign in", `location.pathname === "/console/signin"`)
+		signIn(t)
+		contains(t, "the sign-in refused", "#flash.bad", "HTTP 401")
 	})
 }
 

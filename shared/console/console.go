@@ -60,6 +60,7 @@ func New(s *accounts.Service, log *slog.Logger) *Console {
 		"parts": partsText,
 		"pct":   func(n, max int64) int64 { return n * 100 / maxInt(max, 1) },
 		"mode":  deliveryMode,
+		"lost":  lostEvents,
 		"json":  jsonText,
 	}
 	t := template.Must(template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html"))
@@ -95,6 +96,31 @@ func deliveryMode(stats json.RawMessage) string {
 		}
 	}
 	return st.Mode
+}
+
+// lostReport is the loss a heartbeat's stats report: meshd's "lost"
+// (events that expired from the mesh's retention before it handled them).
+type lostReport struct {
+	Events  int64 `json:"events"`
+	FromSeq int64 `json:"from_seq"`
+	ToSeq   int64 `json:"to_seq"`
+	Total   int64 `json:"total"`
+}
+
+// lostEvents is the latest loss the stats report, or nil when none (or
+// when the numbers do not add up: stats are the agent's own words).
+func lostEvents(stats json.RawMessage) *lostReport {
+	var st struct {
+		Lost *lostReport `json:"lost"`
+	}
+	if json.Unmarshal(stats, &st) != nil || st.Lost == nil {
+		return nil
+	}
+	l := st.Lost
+	if l.Events <= 0 || l.FromSeq <= 0 || l.ToSeq-l.FromSeq+1 != l.Events || l.Total < l.Events {
+		return nil
+	}
+	return l
 }
 
 func maxInt(a, b int64) int64 {

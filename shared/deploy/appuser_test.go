@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestTheMigrationCreatesTheApplicationUserWithDMLOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.AppDBUser, cfg.AppDBPassword = user, "app-password"
-	res, err := deploy.Apply(ctx, cfg)
+	res, err := deploy.Apply(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

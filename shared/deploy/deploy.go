@@ -55,8 +55,10 @@ type Result struct {
 // when cfg names one (cfg.AppDBUser: DML only, with the password of its
 // secret, which RDS Proxy logs in with) and makes sure the inbox topic exists
 // with its explicit settings (partitions, 7-day retention, replication as the
-// cluster allows). Every step is idempotent.
-func Apply(ctx context.Context, cfg config.Config) (Result, error) {
+// cluster allows). Every step is idempotent; an existing topic is never
+// shrunk or reconfigured, only raised to the configured partition count, and
+// log says what was found and changed.
+func Apply(ctx context.Context, cfg config.Config, log *slog.Logger) (Result, error) {
 	if err := cfg.Require("MYSQL_DSN", "KAFKA_BROKERS"); err != nil {
 		return Result{}, err
 	}
@@ -102,6 +104,7 @@ func Apply(ctx context.Context, cfg config.Config) (Result, error) {
 		Name:       cfg.KafkaTopic,
 		Partitions: int32(cfg.KafkaPartitions),
 		Retention:  cfg.OutboxRetention,
+		Log:        log,
 	})
 	return res, err
 }
@@ -141,14 +144,14 @@ func Handler(getenv config.Getenv, log *slog.Logger) cfn.CustomResourceFunction 
 		if err != nil {
 			return PhysicalResourceID, nil, err
 		}
-		res, err := Apply(ctx, cfg)
+		res, err := Apply(ctx, cfg, log)
 		if err != nil {
 			log.Error("schema migration failed", "request", string(ev.RequestType), "applied", res.Applied, "err", err)
 			return PhysicalResourceID, nil, err
 		}
 		if want := int32(cfg.KafkaPartitions); res.Partitions != want {
-			// An existing topic keeps its count: changing it would move agents
-			// to other partitions under a running meshd.
+			// Only a topic with more partitions than configured: it is never
+			// shrunk (Kafka cannot, and it would move agents' partitions).
 			log.Warn("inbox topic has a different partition count than configured", "topic", res.Topic, "partitions", res.Partitions, "configured", want)
 		}
 		log.Info("schema migration", "request", string(ev.RequestType), "applied", res.Applied,

@@ -63,6 +63,8 @@ const (
 	AuditPolicyChanged      = "policy.changed"
 	AuditAgentDrained       = "agent.drained"
 	AuditOutboxRedriven     = "outbox.redriven"
+	AuditAgentDeleted       = "agent.deleted"
+	AuditAccountDeleted     = "account.deleted"
 )
 
 const insertAuditSQL = `INSERT INTO audit_log (occurred_at, actor_kind, actor_id, action, agent_id, other_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`

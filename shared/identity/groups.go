@@ -296,6 +296,12 @@ func (s *Service) RemoveGroupMember(ctx context.Context, caller, groupID, target
 	})
 }
 
+// HandOverGroup is handOver for an owner being deleted (package accounts),
+// inside the deletion's transaction tx.
+func HandOverGroup(ctx context.Context, tx *sql.Tx, groupID, owner string) error {
+	return handOver(ctx, tx, groupID, owner)
+}
+
 // handOver passes ownership of groupID from the leaving owner to the
 // longest-standing admin, else member, or deletes the group if none is left.
 func handOver(ctx context.Context, tx *sql.Tx, groupID, owner string) error {

@@ -69,6 +69,11 @@ func validKeyID(id string) bool { return len(id) == apiKeyIDLen && isBase64URL(i
 // profile, so an agent called "me" could never be looked up by others.
 const reservedAgentID = "me"
 
+// DeletedAgentID stands for a deleted agent in the history its other
+// parties keep (package tasks rewrites the deleted id into it): it cannot
+// be registered, so nobody can ever act as it.
+const DeletedAgentID = "deleted"
+
 // NewAgent is the answer to creating an agent: its first API key, shown once.
 type NewAgent struct {
 	api.NewAgent
@@ -101,6 +106,9 @@ func (s *Service) CreateAgentFor(ctx context.Context, accountID, kind, agentID, 
 	if agentID == reservedAgentID {
 		return NewAgent{}, mesh.Errorf(mesh.KindUnprocessable, "reserved_agent_id", "agent_id %q is reserved: /v1/agents/me names the caller", reservedAgentID)
 	}
+	if agentID == DeletedAgentID {
+		return NewAgent{}, mesh.Errorf(mesh.KindUnprocessable, "reserved_agent_id", "agent_id %q is reserved: it stands for deleted agents", DeletedAgentID)
+	}
 	if name == "" {
 		name = agentID
 	}
@@ -114,6 +122,11 @@ func (s *Service) CreateAgentFor(ctx context.Context, accountID, kind, agentID, 
 			if mysql.IsDuplicate(err) {
 				return mesh.Errorf(mesh.KindConflict, "agent_exists", "agent %q already exists", agentID)
 			}
+			return err
+		}
+		// Read after the INSERT, which waited for a deletion of the same id
+		// holding its row: this snapshot sees that deletion's audit row.
+		if err := checkNotRetired(ctx, tx, agentID); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO api_keys (key_id, agent_id, secret_hash, created_at) VALUES (?, ?, ?, ?)", keyID, agentID, hash, now); err != nil {
@@ -135,6 +148,22 @@ func (s *Service) CreateAgentFor(ctx context.Context, accountID, kind, agentID, 
 		return NewAgent{}, err
 	}
 	return NewAgent{NewAgent: api.NewAgent{AgentID: agentID, Name: name, KeyID: keyID, APIKey: apiKey, KeyEpoch: 1, CreatedAt: now}, Kind: kind}, nil
+}
+
+// checkNotRetired refuses an id whose deletion the audit log still
+// records: the audit log keeps the deleted agent's history under its id,
+// and a new agent must not inherit it. Once the log's retention has
+// dropped the deletion (its newest row), nothing names the id and it is
+// free again.
+func checkNotRetired(ctx context.Context, q Querier, agentID string) error {
+	var n int
+	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM audit_log WHERE agent_id = ? AND action = ?", agentID, AuditAgentDeleted).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return mesh.Errorf(mesh.KindConflict, "agent_id_retired", "agent %q was deleted; its id is not given out again while the audit log holds its history", agentID)
+	}
+	return nil
 }
 
 // RotateOptions are the optional parts of a key rotation.

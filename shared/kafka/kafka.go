@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -80,7 +81,11 @@ func (o Options) ClientOpts(ctx context.Context) ([]kgo.Opt, error) {
 // the broker however long it takes, past any context deadline. The price is a
 // possible duplicate of a cancelled record when it is published again, which
 // consumers drop by seq like any republication.
-func NewProducer(ctx context.Context, o Options, topic string) (*kgo.Client, error) {
+//
+// Its view of the topic's partitions is at most MetadataMaxAge old, so a
+// grown topic is produced by its new count within that bound. extra options
+// (tests: a shorter metadata age) come last.
+func NewProducer(ctx context.Context, o Options, topic string, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts, err := o.ClientOpts(ctx)
 	if err != nil {
 		return nil, err
@@ -88,7 +93,11 @@ func NewProducer(ctx context.Context, o Options, topic string) (*kgo.Client, err
 	opts = append(opts,
 		kgo.DefaultProduceTopic(topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordPartitioner(Partitioner()),
+		// franz-go's default is 5 minutes: a grown topic's new partitions
+		// would wait that long for their records while meshd follows the
+		// new count.
+		kgo.MetadataMaxAge(MetadataMaxAge),
 		kgo.RecordRetries(5),
 		kgo.ProduceRequestTimeout(10*time.Second),
 		kgo.RecordDeliveryTimeout(20*time.Second),
@@ -98,13 +107,24 @@ func NewProducer(ctx context.Context, o Options, topic string) (*kgo.Client, err
 		kgo.RetryBackoffFn(func(tries int) time.Duration { return produceRetry.Delay(tries + 1) }),
 		kgo.ProducerLinger(0),
 	)
-	return kgo.NewClient(opts...)
+	return kgo.NewClient(append(opts, extra...)...)
 }
 
-// PartitionFor returns the partition Kafka's default (murmur2) partitioner
-// picks for key among n partitions: meshd consumes only that one.
+// MetadataMaxAge bounds how old the producer's view of the topic's
+// partition count gets (the dispatcher produces by a grown count within
+// it); meshd checks the count as often (see meshd.Config.PartitionCheckEvery).
+const MetadataMaxAge = 30 * time.Second
+
+// Partitioner is the one partitioner of the inbox topic: Kafka's default
+// murmur2 hash of the record key (the routing id) over the topic's current
+// partition count. The producer places records with it and PartitionFor
+// (meshd) finds them with it.
+func Partitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(nil) }
+
+// PartitionFor returns the partition Partitioner picks for key among n
+// partitions: meshd consumes only that one.
 func PartitionFor(key string, n int) int32 {
-	p := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	p := Partitioner().ForTopic("")
 	return int32(p.Partition(&kgo.Record{Key: []byte(key)}, n))
 }
 
@@ -113,13 +133,32 @@ type TopicSpec struct {
 	Name       string
 	Partitions int32
 	Retention  time.Duration
+	// Log receives what EnsureTopic found and changed (the migrate
+	// function's log); nil logs nothing (tests' topics).
+	Log *slog.Logger
+}
+
+// TopicFound is an existing topic's settings as the cluster describes them.
+type TopicFound struct {
+	Partitions  int32
+	Replication int    // replicas of its partition 0
+	MinISR      string // min.insync.replicas ("" when it cannot be described)
+	RetentionMS string
 }
 
 // EnsureTopic creates the topic if it does not exist, never relying on
 // auto-creation: replication 3 and min.insync.replicas 2 where the cluster
-// has three brokers or more, else what the cluster can hold. It returns the
+// has three brokers or more, else what the cluster can hold. An existing
+// topic is never shrunk and its settings are never changed: the one change
+// made is raising its partition count to spec.Partitions when that is
+// higher (the dispatcher and meshd follow a grown topic; Kafka cannot
+// shrink one). It logs what it found and what it changed, and returns the
 // topic's partition count.
 func EnsureTopic(ctx context.Context, cl *kgo.Client, spec TopicSpec) (int32, error) {
+	log := spec.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	adm := kadm.NewClient(cl)
 	meta, err := adm.BrokerMetadata(ctx)
 	if err != nil {
@@ -136,17 +175,85 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, spec TopicSpec) (int32, er
 		"cleanup.policy":      ptr("delete"),
 	}
 	resp, err := adm.CreateTopic(ctx, spec.Partitions, repl, cfg, spec.Name)
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+	if err == nil {
+		err = resp.Err
+	}
+	if err == nil {
+		log.Info("inbox topic created", "topic", spec.Name, "partitions", spec.Partitions, "replication", repl,
+			"min_insync_replicas", minISR, "retention_ms", retention)
+		return partitionsAtLeast(ctx, cl, spec.Name, spec.Partitions)
+	}
+	if !errors.Is(err, kerr.TopicAlreadyExists) {
 		return 0, fmt.Errorf("kafka: create topic %s: %w", spec.Name, err)
 	}
-	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-		return 0, fmt.Errorf("kafka: create topic %s: %w", spec.Name, resp.Err)
+	found, err := DescribeTopic(ctx, cl, spec.Name)
+	if err != nil {
+		return 0, err
 	}
-	return Partitions(ctx, cl, spec.Name)
+	attrs := []any{"topic", spec.Name, "partitions", found.Partitions, "replication", found.Replication,
+		"min_insync_replicas", found.MinISR, "retention_ms", found.RetentionMS, "configured_partitions", spec.Partitions}
+	switch {
+	case found.Partitions < spec.Partitions:
+		r, err := adm.UpdatePartitions(ctx, int(spec.Partitions), spec.Name)
+		if err == nil {
+			err = r[spec.Name].Err
+		}
+		if err != nil {
+			return 0, fmt.Errorf("kafka: raise the partitions of %s from %d to %d: %w", spec.Name, found.Partitions, spec.Partitions, err)
+		}
+		log.Warn("inbox topic found; raised its partition count (the dispatcher and meshd follow within a minute; nothing else changed)",
+			append(attrs, "changed", fmt.Sprintf("partitions %d -> %d", found.Partitions, spec.Partitions))...)
+		return partitionsAtLeast(ctx, cl, spec.Name, spec.Partitions)
+	case found.Partitions > spec.Partitions:
+		log.Warn("inbox topic found with more partitions than configured; a topic is never shrunk, nothing changed",
+			append(attrs, "changed", "nothing")...)
+	default:
+		log.Info("inbox topic found; nothing changed", append(attrs, "changed", "nothing")...)
+	}
+	return found.Partitions, nil
+}
+
+// DescribeTopic returns an existing topic's partitions, replication and
+// the two settings EnsureTopic sets. A config the cluster will not describe
+// (a missing permission) is left empty rather than failing: the partitions
+// are what callers act on.
+func DescribeTopic(ctx context.Context, cl *kgo.Client, topic string) (TopicFound, error) {
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return TopicFound{}, fmt.Errorf("kafka: describe topic %s: %w", topic, err)
+	}
+	t, ok := td[topic]
+	if !ok || t.Err != nil {
+		return TopicFound{}, fmt.Errorf("kafka: describe topic %s: %v", topic, t.Err)
+	}
+	f := TopicFound{Partitions: int32(len(t.Partitions))}
+	if p, ok := t.Partitions[0]; ok {
+		f.Replication = len(p.Replicas)
+	}
+	if rc, err := adm.DescribeTopicConfigs(ctx, topic); err == nil {
+		if c, err := rc.On(topic, nil); err == nil {
+			for _, kv := range c.Configs {
+				switch kv.Key {
+				case "min.insync.replicas":
+					f.MinISR = kv.MaybeValue()
+				case "retention.ms":
+					f.RetentionMS = kv.MaybeValue()
+				}
+			}
+		}
+	}
+	return f, nil
 }
 
 // Partitions returns the number of partitions of topic.
 func Partitions(ctx context.Context, cl *kgo.Client, topic string) (int32, error) {
+	return partitionsAtLeast(ctx, cl, topic, 1)
+}
+
+// partitionsAtLeast returns topic's partition count once the metadata
+// shows at least least partitions (it lags a fresh create or raise).
+func partitionsAtLeast(ctx context.Context, cl *kgo.Client, topic string, least int32) (int32, error) {
 	adm := kadm.NewClient(cl)
 	var lastErr error
 	// Metadata can lag a fresh CreateTopics, more so on a loaded machine.
@@ -155,10 +262,12 @@ func Partitions(ctx context.Context, cl *kgo.Client, topic string) (int32, error
 	for {
 		td, err := adm.ListTopics(ctx, topic)
 		if err == nil {
-			if t, ok := td[topic]; ok && t.Err == nil && len(t.Partitions) > 0 {
+			if t, ok := td[topic]; ok && t.Err == nil && len(t.Partitions) >= int(max(least, 1)) {
 				return int32(len(t.Partitions)), nil
-			} else if ok {
+			} else if ok && t.Err != nil {
 				err = t.Err
+			} else {
+				err = fmt.Errorf("%d partitions, want %d", len(t.Partitions), least)
 			}
 		}
 		lastErr = err

@@ -161,9 +161,23 @@ func runAccountScenario(t *testing.T, c *conformance, adminKey string, db *mysql
 	}
 	c.do(call{Who: "busy, past the account's budget", Method: "GET", Path: "/console", Cookie: busy, Want: 429})
 
+	// ---- deletion ----
+	as("ada deletes ada-third", "DELETE", "/v1/account/agents/ada-third", nil, 204, "")
+	as("ada deletes ada-third again", "DELETE", "/v1/account/agents/ada-third", nil, 204, "")
+	as("ada deletes alice, not hers", "DELETE", "/v1/account/agents/alice", nil, 404, "agent_not_found")
+	as("ada registers ada-third again", "POST", "/v1/account/agents", map[string]string{"agent_id": "ada-third"}, 409, "agent_id_retired")
+	c.do(call{Who: "the admin deletes ada-helper", Method: "DELETE", Path: "/v1/admin/agents/ada-helper", Auth: admin, Want: 204})
+	c.do(call{Who: "the admin deletes an agent that never was", Method: "DELETE", Path: "/v1/admin/agents/never-was", Auth: admin, Want: 404, Code: "agent_not_found"})
+	c.do(call{Who: "the admin deletes with a wrong key", Method: "DELETE", Path: "/v1/admin/agents/ada-bot", Auth: "Bearer not-the-key", Want: 401, Code: "invalid_admin_key"})
+	as("ada deletes her account with ada-bot left", "DELETE", "/v1/account", nil, 409, "account_has_agents")
+	c.do(call{Who: "ada says with_agents=maybe", Method: "DELETE", Path: "/v1/account?with_agents=maybe", Cookie: ada, CSRF: adaCSRF, Want: 400, Code: "invalid_parameter", OffSpec: true})
+
 	// ---- signing out, and sign-in failures past their budget ----
 	c.do(call{Who: "ada signs out", Method: "DELETE", Path: "/v1/account/session", Cookie: ada, CSRF: adaCSRF, Want: 204})
 	c.do(call{Who: "ada signs out again", Method: "DELETE", Path: "/v1/account/session", Cookie: ada, CSRF: adaCSRF, Want: 401, Code: "not_signed_in"})
+	gone, goneCSRF, _ := signIn("ada@example.org")
+	c.do(call{Who: "ada deletes her account with her agents", Method: "DELETE", Path: "/v1/account?with_agents=true", Cookie: gone, CSRF: goneCSRF, Want: 204})
+	c.do(call{Who: "ada deletes her account again", Method: "DELETE", Path: "/v1/account", Cookie: gone, CSRF: goneCSRF, Want: 401, Code: "not_signed_in"})
 	c.do(call{Who: "someone guessing ops's password", Method: "POST", Path: "/v1/account/session",
 		Body: map[string]string{"email": "ops@example.org", "password": strings.Repeat("x", 12)}, Drain: 20, Want: 429, Code: "rate_limited"})
 }

@@ -193,7 +193,7 @@ func TestOpenAPIDescribesExactlyTheTemplatesRoutes(t *testing.T) {
 				want = ""
 			case strings.HasPrefix(path, "/v1/admin/"):
 				want = "adminKey"
-			case strings.HasPrefix(path, "/v1/account/"):
+			case strings.HasPrefix(path, "/v1/account/"), path == "/v1/account":
 				want = "accountSession"
 			}
 			if got := schemeNames(security); got != want {

@@ -88,8 +88,7 @@ func (r *runner) fromInbox(ctx context.Context, offset int64) error {
 			case page.OldestSeq > next:
 				// Kafka kept the record longer than MySQL kept the event:
 				// nothing can deliver it any more.
-				r.log.Error("events expired before they were handled; they cannot be delivered",
-					"from_seq", next, "to_seq", next, "oldest_retained", page.OldestSeq)
+				r.reportLost(next, next, page.OldestSeq)
 				r.state.LastSeq, r.state.Offset = next, offset
 				if err := r.persist(); err != nil {
 					return err
@@ -109,6 +108,28 @@ func (r *runner) fromInbox(ctx context.Context, offset int64) error {
 			return errStop
 		}
 	}
+}
+
+// reportLost records that seqs from..to expired from the mesh's retention
+// (the outbox, and Kafka) before they were handled: an error log, the
+// state's Lost (meshd status; persisted with the next mark) and the
+// heartbeats' stats (the console). Delivery goes on with the retained
+// events.
+func (r *runner) reportLost(from, to, oldest int64) {
+	l := LostEvents{FromSeq: from, ToSeq: to, Total: r.state.Lost.Total + to - from + 1, At: r.cfg.Clock().UTC()}
+	r.log.Error("events expired before they were handled; they cannot be delivered",
+		"from_seq", from, "to_seq", to, "lost", l.Count(), "lost_total", l.Total, "oldest_retained", oldest)
+	r.state.Lost, r.dirty = l, true
+	r.lost.Store(&l)
+}
+
+// withLost adds the latest loss, if any, to a heartbeat's stats: the API
+// keeps only the latest stats, so every heartbeat carries it.
+func (r *runner) withLost(stats map[string]any) map[string]any {
+	if l := r.lost.Load(); l != nil {
+		stats["lost"] = map[string]any{"events": l.Count(), "from_seq": l.FromSeq, "to_seq": l.ToSeq, "total": l.Total, "at": l.At}
+	}
+	return stats
 }
 
 // catchUp delivers events from the inbox API until seq upTo is handled.
@@ -184,8 +205,7 @@ var errInboxGap = errors.New("meshd: the inbox API skipped a seq it still retain
 func (r *runner) applyPage(ctx context.Context, page meshclient.InboxPage) error {
 	if len(page.Events) == 0 && page.OldestSeq > r.state.LastSeq+1 {
 		// Everything we had not handled expired and nothing newer exists.
-		r.log.Error("events expired before they were handled; they cannot be delivered",
-			"from_seq", r.state.LastSeq+1, "to_seq", page.OldestSeq-1, "oldest_retained", page.OldestSeq)
+		r.reportLost(r.state.LastSeq+1, page.OldestSeq-1, page.OldestSeq)
 		r.state.LastSeq = page.OldestSeq - 1
 		r.handled.Store(r.state.LastSeq)
 		return r.persist()
@@ -198,8 +218,7 @@ func (r *runner) applyPage(ctx context.Context, page meshclient.InboxPage) error
 			if page.OldestSeq < ev.Seq {
 				return fmt.Errorf("%w: have %d, next is %d, oldest retained %d", errInboxGap, r.state.LastSeq, ev.Seq, page.OldestSeq)
 			}
-			r.log.Error("events expired before they were handled; they cannot be delivered",
-				"from_seq", r.state.LastSeq+1, "to_seq", ev.Seq-1, "oldest_retained", page.OldestSeq)
+			r.reportLost(r.state.LastSeq+1, ev.Seq-1, page.OldestSeq)
 		}
 		if ev.To != "" && ev.To != r.agentID {
 			return fmt.Errorf("meshd: the inbox API returned an event for %q", ev.To)

@@ -86,6 +86,7 @@ func (r *runner) openConsumer(ctx context.Context, t *kafkaTarget) (*kgo.Client,
 	if err != nil {
 		return nil, 0, err
 	}
+	r.watch.count, r.watch.next, r.watch.moving = n, r.cfg.Clock().Add(r.cfg.PartitionCheckEvery), false
 	r.setMode(ModeKafka)
 	r.log.Info("consuming the agent's own partition", "brokers", t.brokers, "topic", t.topic, "partition", part, "partitions", n)
 	return cl, part, nil
@@ -149,6 +150,8 @@ func (r *runner) startOffset(ctx context.Context, opts []kgo.Opt, topic string, 
 	from := int64(-1)
 	if r.state.Offset >= 0 && r.state.Topic == topic && r.state.Partition == part {
 		from = r.state.Offset + 1
+	} else if r.state.Offset >= 0 && r.watch.moving {
+		r.log.Info("the new partition is read from the handled event's time", "old_partition", r.state.Partition, "partition", part)
 	} else if r.state.Offset >= 0 {
 		// The topic or partition count changed: the old offset means
 		// nothing here.
@@ -195,6 +198,7 @@ func offsetAfter(ctx context.Context, opts []kgo.Opt, topic string, part int32, 
 func (r *runner) consumer(ctx context.Context, opts []kgo.Opt, topic string, part int32) (*kgo.Client, error) {
 	start := r.startOffset(ctx, opts, topic, part)
 	r.state.Topic, r.state.Partition = topic, part
+	r.watch.pos = start.EpochOffset().Offset // < 0: the partition's start, not known yet
 	opts = append(append([]kgo.Opt(nil), opts...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: start}}),
 		// Lost or reset positions re-read rather than skip: seq dedup makes
@@ -223,6 +227,9 @@ func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) erro
 			return errStop
 		}
 		if err := r.catchUpIfStalled(ctx); err != nil {
+			return err
+		}
+		if err := r.followPartitions(ctx, cl, part); err != nil {
 			return err
 		}
 		// A short poll so stall checks and offset flushes run while idle.
@@ -258,6 +265,7 @@ func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) erro
 		fs.EachRecord(func(rec *kgo.Record) {
 			if rec.Partition == part {
 				recs = append(recs, rec)
+				r.watch.pos = rec.Offset + 1
 			}
 		})
 		if err := r.deliverPolled(ctx, recs); err != nil {
@@ -269,6 +277,124 @@ func (r *runner) kafkaLoop(ctx context.Context, cl *kgo.Client, part int32) erro
 			}
 		}
 	}
+}
+
+// errPartitionMoved ends a consumer whose topic grew so that the agent's
+// routing id hashes to another partition, once it has finished the old one:
+// deliverLoop moves to the new one (movePartition).
+var errPartitionMoved = errors.New("meshd: the agent's partition moved")
+
+// maxPartitionDrain bounds how long a consumer keeps reading its old
+// partition after noticing the move: with PartitionCheckEvery (30 s) and
+// ProbeTimeout (5 s) meshd is on the new partition within a minute of the
+// growth. What it did not get to is read from the inbox API.
+const maxPartitionDrain = 20 * time.Second
+
+// partitionWatch is how the consumer follows a grown topic.
+type partitionWatch struct {
+	count int32     // the topic's partition count the consumer was opened for
+	next  time.Time // the next check of the count
+	pos   int64     // the next offset of the consumed partition; < 0: not known yet
+	// moving: the routing id hashes to another partition now; the old one
+	// is read up to drainTo (its end offset at the check) or until drainBy.
+	moving  bool
+	drainTo int64
+	drainBy time.Time
+}
+
+// followPartitions checks the topic's partition count every
+// PartitionCheckEvery. When the topic grew and the agent's routing id now
+// hashes to another partition (the producer places new records there within
+// kafka.MetadataMaxAge), it reads on until the old partition's end at the
+// check and then returns errPartitionMoved. A failed check waits for the
+// next one: the fetch errors are reported by kafkaLoop.
+func (r *runner) followPartitions(ctx context.Context, cl *kgo.Client, part int32) error {
+	w, topic, now := &r.watch, r.state.Topic, r.cfg.Clock()
+	if !w.moving {
+		if now.Before(w.next) {
+			return nil
+		}
+		w.next = now.Add(r.cfg.PartitionCheckEvery)
+		n, start, end, err := partitionOffsets(ctx, cl, topic, part, r.cfg.ProbeTimeout)
+		if err != nil || n == w.count {
+			return nil
+		}
+		to := kafka.PartitionFor(r.routingID, int(n))
+		if to == part {
+			r.log.Info("the Kafka topic's partition count changed; the agent's partition did not", "partition", part, "partitions", n, "was", w.count)
+			w.count = n
+			return nil
+		}
+		r.log.Info("the Kafka topic's partition count changed and the agent's routing id now hashes to another partition; finishing the old one first",
+			"partition", part, "new_partition", to, "partitions", n, "was", w.count, "until_offset", end)
+		w.moving, w.drainTo, w.drainBy = true, end, now.Add(maxPartitionDrain)
+		if w.pos < 0 {
+			w.pos = start // nothing read yet: the consumer began at the partition's start
+		}
+	}
+	if w.pos >= w.drainTo || !now.Before(w.drainBy) {
+		return errPartitionMoved
+	}
+	return nil
+}
+
+// partitionOffsets is topic's partition count and part's start and end
+// offsets, each asked of the consumer's own client within timeout.
+func partitionOffsets(ctx context.Context, cl *kgo.Client, topic string, part int32, timeout time.Duration) (n int32, start, end int64, err error) {
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(lctx, topic)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t, ok := td[topic]
+	if !ok || t.Err != nil || len(t.Partitions) == 0 {
+		return 0, 0, 0, fmt.Errorf("no metadata for topic %s: %v", topic, t.Err)
+	}
+	offset := func(list func(context.Context, ...string) (kadm.ListedOffsets, error)) (int64, error) {
+		res, err := list(lctx, topic)
+		if err != nil {
+			return 0, err
+		}
+		o, ok := res.Lookup(topic, part)
+		if !ok {
+			return 0, errors.New("no offset answer for the partition")
+		}
+		return o.Offset, o.Err
+	}
+	if start, err = offset(adm.ListStartOffsets); err != nil {
+		return 0, 0, 0, err
+	}
+	if end, err = offset(adm.ListEndOffsets); err != nil {
+		return 0, 0, 0, err
+	}
+	return int32(len(t.Partitions)), start, end, nil
+}
+
+// movePartition opens the consumer on the agent's partition of the grown
+// topic (logging the usual "consuming the agent's own partition" line) and
+// then delivers what the inbox API has beyond the handled seq: records the
+// dispatcher put on the old partition after it was finished. Later such
+// records show up as a gap on the new partition or as a stall.
+func (r *runner) movePartition(ctx context.Context, t *kafkaTarget) (*kgo.Client, int32, error) {
+	if err := r.persist(); err != nil {
+		return nil, 0, err
+	}
+	cl, part, err := r.chooseMode(ctx, t)
+	if err != nil || cl == nil {
+		return cl, part, err
+	}
+	if ctx.Err() != nil {
+		cl.Close()
+		return nil, 0, errStop
+	}
+	if err := r.catchUpInbox(ctx); err != nil {
+		cl.Close()
+		return nil, 0, err
+	}
+	r.log.Info("moved to the agent's new partition; the inbox API filled in what the old one missed", "partition", part, "last_seq", r.state.LastSeq)
+	return cl, part, nil
 }
 
 // deliverPolled handles the records of one poll, in order, with their

@@ -25,7 +25,11 @@ func (r *runner) heartbeat(ctx context.Context, stats map[string]any) (meshclien
 // below what the state says was handled is another mesh (or a database that
 // was reset), and trusting the state would silently skip its events.
 func (r *runner) firstHeartbeat(ctx context.Context) error {
-	res, err := r.heartbeat(ctx, map[string]any{"last_seq": r.state.LastSeq, "starting": true})
+	if r.state.Lost.Total > 0 {
+		l := r.state.Lost
+		r.lost.Store(&l)
+	}
+	res, err := r.heartbeat(ctx, r.withLost(map[string]any{"last_seq": r.state.LastSeq, "starting": true}))
 	if err != nil {
 		if fatal(err) {
 			return fmt.Errorf("meshd: heartbeat refused: %w", err)
@@ -54,8 +58,7 @@ func (r *runner) heartbeats(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		stats := map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode(), "parked": r.parkedCount()}
-		res, err := r.heartbeat(ctx, stats)
+		res, err := r.heartbeat(ctx, r.withLost(map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode(), "parked": r.parkedCount()}))
 		if err != nil {
 			r.log.Warn("heartbeat failed", "err", err)
 			continue
@@ -82,7 +85,7 @@ func (r *runner) goodbye(ctx context.Context) {
 		// state dir resumes after it (meshd run's default --from). Sent
 		// before the goodbye: a heartbeat after it would turn the agent
 		// active again.
-		if _, err := r.cfg.API.Heartbeat(gctx, r.cfg.InstanceID, map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode(), "stopping": true}); err != nil {
+		if _, err := r.cfg.API.Heartbeat(gctx, r.cfg.InstanceID, r.withLost(map[string]any{"last_seq": r.handled.Load(), "mode": r.currentMode(), "stopping": true})); err != nil {
 			r.log.Debug("last heartbeat failed", "err", err)
 		}
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/agentmesh/agentmesh/shared/backoff"
+	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/push"
@@ -76,6 +77,13 @@ type Config struct {
 	PageSize   int           // inbox page size; default 100
 	// ProbeTimeout bounds one broker check of auto mode; default 5 s.
 	ProbeTimeout time.Duration
+	// PartitionCheckEvery is how often meshd, on Kafka, checks the topic's
+	// partition count: when the topic grew and the agent's routing id now
+	// hashes to another partition, it finishes the old one (up to its end
+	// at the check, for at most maxPartitionDrain), moves to the new one and
+	// catches up from the inbox API. Default kafka.MetadataMaxAge (30 s),
+	// the bound the dispatcher follows a grown topic within.
+	PartitionCheckEvery time.Duration
 	// ProbeEvery is how often auto mode, while polling the inbox API,
 	// checks whether Kafka is reachable again; default 20 s (back on Kafka
 	// within ProbeEvery + ProbeTimeout of the broker's return). The push
@@ -194,6 +202,7 @@ func (c *Config) defaults() error {
 	def(&c.PollWait, meshclient.MaxInboxWait)
 	def(&c.ProbeTimeout, 5*time.Second)
 	def(&c.ProbeEvery, 20*time.Second)
+	def(&c.PartitionCheckEvery, kafka.MetadataMaxAge)
 	def(&c.RetryBase, time.Second)
 	def(&c.RetryMax, time.Minute)
 	def(&c.HandlerBackoff, 5*time.Second)
@@ -270,9 +279,10 @@ type runner struct {
 	refreshedFor int
 	mode         atomic.Value // string: ModeKafka, ModePush or ModePoll, read by heartbeats
 	state        State
-	stateFile    *stateFile // open for the run; persist saves through it
-	ahead        *opener    // the records of the current Kafka poll, opened ahead
-	dirty        bool       // state.Offset moved without being persisted
+	stateFile    *stateFile     // open for the run; persist saves through it
+	ahead        *opener        // the records of the current Kafka poll, opened ahead
+	watch        partitionWatch // how the consumer follows a grown topic
+	dirty        bool           // state.Offset moved without being persisted
 	flushed      time.Time
 
 	// parkedAhead are the seqs above the handled one with a dead letter at
@@ -287,6 +297,9 @@ type runner struct {
 	// stall detection: since when the API has reported more than handled.
 	behindSince time.Time
 	behindAt    int64
+
+	// lost is state.Lost once an event was lost, for heartbeats (inbox.go).
+	lost atomic.Pointer[LostEvents]
 }
 
 func (r *runner) currentMode() string {
@@ -434,6 +447,12 @@ func (r *runner) deliverLoop(ctx context.Context, tok meshclient.Token) error {
 		if consumer != nil {
 			err := r.kafkaLoop(ctx, consumer, part)
 			consumer.Close()
+			if errors.Is(err, errPartitionMoved) {
+				if consumer, part, err = r.movePartition(ctx, target); err != nil {
+					return err
+				}
+				continue
+			}
 			if !errors.Is(err, errTopicRecreated) {
 				return err
 			}

@@ -32,6 +32,29 @@ type State struct {
 	Topic     string    `json:"topic,omitempty"`
 	Partition int32     `json:"partition"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Lost is the latest loss: events that expired from the outbox (and
+	// from Kafka) before they were handled. Zero when none was ever lost.
+	Lost LostEvents `json:"lost,omitzero"`
+}
+
+// LostEvents says which events the agent can never get: seqs FromSeq to
+// ToSeq of its stream expired from the mesh's retention before meshd
+// handled them. meshd logs it, keeps it in the state (meshd status), and
+// reports it in its heartbeats (the console).
+type LostEvents struct {
+	FromSeq int64 `json:"from_seq"`
+	ToSeq   int64 `json:"to_seq"`
+	// Total counts every event lost so far, this loss included.
+	Total int64     `json:"total"`
+	At    time.Time `json:"at"`
+}
+
+// Count is the number of events of the latest loss.
+func (l LostEvents) Count() int64 {
+	if l.FromSeq <= 0 || l.ToSeq < l.FromSeq { // none (seqs start at 1)
+		return 0
+	}
+	return l.ToSeq - l.FromSeq + 1
 }
 
 // StatePath is where the state of agentID lives under dir. The old JSON

@@ -29,10 +29,15 @@ const (
 	stateFlagUpd   = 1 << 1
 	stateHeaderLen = 4 + 8 + 8 + 8 + 4 + 8 + 4 + 8 + 4 + 1 + 1 + 1
 	stateBodyLen   = stateHeaderLen + maxStateAgent + maxStateTopic
+	// The latest loss follows the topic: from, to, total, at (seconds,
+	// nanoseconds). All zero when none; a file written before it existed
+	// has zeros there, and an older meshd ignores these bytes.
+	stateLostAt  = stateBodyLen
+	stateLostLen = 8 + 8 + 8 + 8 + 4
 )
 
 // The record must fit its slot with room for the checksum.
-var _ = [stateSlotSize - stateBodyLen - 4]struct{}{}
+var _ = [stateSlotSize - stateBodyLen - stateLostLen - 4]struct{}{}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -72,6 +77,13 @@ func encodeSlot(buf []byte, gen uint64, s State) error {
 	buf[58] = byte(len(s.Topic))
 	copy(buf[stateHeaderLen:], s.AgentID)
 	copy(buf[stateHeaderLen+maxStateAgent:], s.Topic)
+	if l := s.Lost; l.Total > 0 {
+		le.PutUint64(buf[stateLostAt:], uint64(l.FromSeq))
+		le.PutUint64(buf[stateLostAt+8:], uint64(l.ToSeq))
+		le.PutUint64(buf[stateLostAt+16:], uint64(l.Total))
+		le.PutUint64(buf[stateLostAt+24:], uint64(l.At.Unix()))
+		le.PutUint32(buf[stateLostAt+32:], uint32(l.At.Nanosecond()))
+	}
 	le.PutUint32(buf[stateSlotSize-4:], crc32.Checksum(buf[:stateSlotSize-4], castagnoli))
 	return nil
 }
@@ -102,8 +114,15 @@ func decodeSlot(buf []byte) (s State, gen uint64, ok bool) {
 	if flags&stateFlagUpd != 0 {
 		s.UpdatedAt = time.Unix(int64(le.Uint64(buf[44:])), int64(le.Uint32(buf[52:]))).UTC()
 	}
+	if total := int64(le.Uint64(buf[stateLostAt+16:])); total > 0 {
+		s.Lost = LostEvents{
+			FromSeq: int64(le.Uint64(buf[stateLostAt:])), ToSeq: int64(le.Uint64(buf[stateLostAt+8:])), Total: total,
+			At: time.Unix(int64(le.Uint64(buf[stateLostAt+24:])), int64(le.Uint32(buf[stateLostAt+32:]))).UTC(),
+		}
+	}
 	if s.LastSeq < 0 || s.Offset < -1 || !mesh.ValidAgentID(s.AgentID) ||
-		le.Uint32(buf[40:]) >= 1e9 || le.Uint32(buf[52:]) >= 1e9 {
+		le.Uint32(buf[40:]) >= 1e9 || le.Uint32(buf[52:]) >= 1e9 || le.Uint32(buf[stateLostAt+32:]) >= 1e9 ||
+		s.Lost.Count() > s.Lost.Total {
 		return State{}, 0, false
 	}
 	return s, gen, true

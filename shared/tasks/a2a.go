@@ -10,7 +10,10 @@ package tasks
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -177,30 +180,111 @@ func inboxHead(ctx context.Context, q identity.Querier, agentID string) (int64, 
 	return seq, err
 }
 
+// A client's reuse of an A2A messageId. The A2A spec makes a messageId the
+// id of one message, and the mesh makes a send with a used id a retry: the
+// first answer, one task, one handler run. Some clients (the A2A TCK among
+// them) send other messages under a used id. A reuse that cannot be a retry
+// is taken as a new message, under an id derived from the used one:
+//   - a different message (a retry resends the same one);
+//   - the same new-task message again after the caller acted on the task it
+//     opened: it sent that task a later message or canceled it through the
+//     gateway, so it had the answer a retry would be after.
+//
+// A derived id starts with the client's id (an agent may act on it, as the
+// conformance agent does on its prefix) and is a function of the used id and
+// of what made the reuse new (the message, or the task acted on), so a retry
+// of the reuse is a retry.
+// maxA2AReuses bounds the chain a send follows; past it the client gets a
+// clear error and should mint ids.
+var maxA2AReuses = 32
+
+const (
+	actedOnSQL = `SELECT (SELECT COUNT(*) FROM task_messages WHERE task_id = ? AND sender = ? AND message_id <> ?)
++ (SELECT COUNT(*) FROM idempotency_keys WHERE sender = ? AND message_id = ?)`
+)
+
+// A2ACancelID is the message id of the caller's cancel of taskID through
+// the gateway: the cancel is then idempotent, and SendA2A can tell that the
+// caller acted on the task.
+func A2ACancelID(taskID string) string { return "cancel:" + taskID }
+
+// reusedID is the id a reuse of the client's id orig is sent under, after
+// the id used (orig or a reuse of it), for a reason (the request's hash, or
+// the task acted on). It starts with orig (cut to fit 64 characters), so
+// the agent sees the client's id in it.
+func reusedID(orig, used, reason string) string {
+	sum := sha256.Sum256([]byte(used + "\x00" + reason))
+	return orig[:min(len(orig), 64-17)] + ":" + hex.EncodeToString(sum[:8])
+}
+
 // SendA2A is Send for an A2A SendMessage from caller to req.To, in one
-// transaction. A new task is Send's. A message in req.TaskID needs a task
-// caller started with req.To (any other is task_not_found); when that task
-// is input-required, the message is the initiator's answer and moves it
-// back to working (a "status" event carrying the message, as UpdateStatus
-// with a note), otherwise it is one more message of the task (Send's
-// "message" event). The request hash is Send's: a retry with the same
-// message_id answers the first result whichever way it went.
+// transaction (more only for a reused messageId; see maxA2AReuses). A new
+// task is Send's. A message in req.TaskID needs a task caller started with
+// req.To (any other is task_not_found); when that task is input-required,
+// the message is the initiator's answer and moves it back to working (a
+// "status" event carrying the message, as UpdateStatus with a note),
+// otherwise it is one more message of the task (Send's "message" event).
+// The request hash is Send's: a retry with the same message_id answers the
+// first result whichever way it went.
 func (s *Service) SendA2A(ctx context.Context, caller string, req SendRequest) (SendResult, error) {
 	s.WithDefaults()
+	orig := req.MessageID
+	for range maxA2AReuses {
+		res, replayed, err := s.sendA2A(ctx, caller, req)
+		switch {
+		case err != nil && mesh.AsError(err).Code == errIDConflict.Code:
+			_, h, herr := s.sendInput(req)
+			if herr != nil {
+				return SendResult{}, herr
+			}
+			b, herr := json.Marshal(h)
+			if herr != nil {
+				return SendResult{}, mesh.Internal(herr)
+			}
+			sum := sha256.Sum256(b)
+			req.MessageID = reusedID(orig, req.MessageID, "message:"+hex.EncodeToString(sum[:]))
+		case err != nil:
+			return SendResult{}, err
+		case !replayed || req.TaskID != "":
+			return res, nil
+		default:
+			var acted int
+			if err := s.DB.QueryRowContext(ctx, actedOnSQL, res.TaskID, caller, req.MessageID, caller, A2ACancelID(res.TaskID)).Scan(&acted); err != nil {
+				return SendResult{}, err
+			}
+			if acted == 0 {
+				return res, nil
+			}
+			req.MessageID = reusedID(orig, req.MessageID, "task:"+res.TaskID)
+		}
+	}
+	return SendResult{}, mesh.Errorf(mesh.KindInvalid, "message_id_reused", "this messageId was used for %d other messages; give each message a new messageId", maxA2AReuses)
+}
+
+// sendA2A is one send of SendA2A; replayed says a new-task send answered a
+// committed request's result.
+func (s *Service) sendA2A(ctx context.Context, caller string, req SendRequest) (SendResult, bool, error) {
 	if req.TaskID == "" {
-		return s.Send(ctx, caller, req)
+		if err := checkSendTo(caller, req.To); err != nil {
+			return SendResult{}, false, err
+		}
+		parts, h, err := s.sendInput(req)
+		if err != nil {
+			return SendResult{}, false, err
+		}
+		return s.newTask(ctx, caller, "", req, parts, h)
 	}
 	switch {
 	case !mesh.ValidAgentID(req.To) || req.To == caller:
-		return SendResult{}, errTaskNotFound
+		return SendResult{}, false, errTaskNotFound
 	case !idPattern.MatchString(req.TaskID):
-		return SendResult{}, errTaskNotFound
+		return SendResult{}, false, errTaskNotFound
 	}
 	parts, h, err := s.sendInput(req)
 	if err != nil {
-		return SendResult{}, err
+		return SendResult{}, false, err
 	}
-	return write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
+	res, err := write(ctx, s, caller, req.MessageID, h, func(ctx context.Context, tx *sql.Tx, w writeCtx) (SendResult, error) {
 		// CanCommunicate's answer in one statement (see Send).
 		gate, err := identity.OpenSendGate(ctx, tx, caller, req.To, "")
 		if err != nil {
@@ -246,4 +330,5 @@ func (s *Service) SendA2A(ctx context.Context, caller string, req SendRequest) (
 		}
 		return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
 	})
+	return res, false, err
 }

@@ -27,3 +27,11 @@ var (
 	InList       = inList
 	ValidatePart = validatePart
 )
+
+// SetMaxA2AReuses lowers the bound on a reused A2A messageId's chain for a
+// test; the returned func restores it.
+func SetMaxA2AReuses(n int) func() {
+	old := maxA2AReuses
+	maxA2AReuses = n
+	return func() { maxA2AReuses = old }
+}

@@ -18,25 +18,47 @@ const (
 )
 
 // RunJanitor is the OutboxJanitorFunction's job: expired outbox rows,
-// refilled authentication throttles, then expired idempotency keys, each in
-// small batches.
+// refilled authentication throttles, expired idempotency keys, then the
+// history past its retention (s.Retention: terminal tasks with their
+// messages and artifacts, the audit log, answered friend requests, expired
+// sessions, revoked keys), each in small batches.
 func (s *Service) RunJanitor(ctx context.Context) error {
 	s.WithDefaults()
 	if err := s.Janitor.Run(ctx); err != nil {
 		return err
 	}
-	if _, err := identity.ExpireThrottles(ctx, s.DB, s.Clock(), s.Janitor.BatchSize()); err != nil {
-		return err
+	for {
+		// Three statements of at most a batch each per round (one per kind
+		// of bucket), until a round finds less than a full batch.
+		n, err := identity.ExpireThrottles(ctx, s.DB, s.Clock(), s.Janitor.BatchSize())
+		if err != nil {
+			return err
+		}
+		if n < s.Janitor.BatchSize() || ctx.Err() != nil {
+			break
+		}
 	}
 	for {
 		n, err := s.ExpireIdempotencyKeys(ctx)
-		if err != nil || n < s.Janitor.BatchSize() {
+		if err != nil {
 			return err
 		}
-		if ctx.Err() != nil {
-			return nil
+		if n < s.Janitor.BatchSize() || ctx.Err() != nil {
+			break
 		}
 	}
+	r := s.Retention
+	if r.DB == nil {
+		r.DB = s.DB
+	}
+	if r.Clock == nil {
+		r.Clock = s.Clock
+	}
+	if r.Log == nil {
+		r.Log = s.Log
+	}
+	_, err := r.Run(ctx)
+	return err
 }
 
 // ExpireIdempotencyKeys deletes one batch of keys older than the retention

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
@@ -66,7 +67,7 @@ func (s *Service) scanOnce(ctx context.Context) (found, failed int, err error) {
 	cutoff := now.Add(-s.IdleTimeout)
 	var ids []any
 	for _, st := range idleStates {
-		got, err := queryStrings(ctx, s.DB, idleCandidatesSQL, st, cutoff, s.ScanBatch-len(ids))
+		got, err := mysql.QueryStrings(ctx, s.DB, idleCandidatesSQL, st, cutoff, s.ScanBatch-len(ids))
 		if err != nil {
 			return 0, 0, err
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/retention"
 )
 
 // Defaults of the Service's limits.
@@ -64,7 +65,11 @@ type Service struct {
 	Inbox outbox.Inbox
 	// Janitor is the outbox retention job.
 	Janitor outbox.Janitor
-	Log     *slog.Logger
+	// Retention is the history retention job (terminal tasks, audit log,
+	// answered friend requests, expired sessions, revoked keys), run by
+	// RunJanitor after the outbox; its DB, Clock and Log default to s's.
+	Retention retention.Janitor
+	Log       *slog.Logger
 	// Metrics receives the undeliverable counts (default metrics.Default).
 	Metrics *metrics.Sink
 	// Failpoint, when set, is called with a point's name inside every write

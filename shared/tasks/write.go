@@ -253,26 +253,35 @@ func (s *Service) Send(ctx context.Context, caller string, req SendRequest) (Sen
 	return s.SendKey(ctx, caller, "", req)
 }
 
+// checkSendTo refuses a send's recipient before anything is read.
+func checkSendTo(caller, to string) error {
+	switch {
+	case to == "":
+		return mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to is required")
+	case !mesh.ValidAgentID(to):
+		return mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to must be an agent id (%s)", mesh.AgentIDPattern)
+	case to == caller:
+		return mesh.Errorf(mesh.KindUnprocessable, "cannot_message_self", "an agent cannot send a message to itself")
+	}
+	return nil
+}
+
 // SendKey is Send for a caller whose token was verified but not its API
 // key's liveness (keyID; "" when already checked): a revoked key is 401
 // key_revoked, checked inside the send's transaction (newTask) or just
 // before it (a message in an existing task).
 func (s *Service) SendKey(ctx context.Context, caller, keyID string, req SendRequest) (SendResult, error) {
 	s.WithDefaults()
-	switch {
-	case req.To == "":
-		return SendResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to is required")
-	case !mesh.ValidAgentID(req.To):
-		return SendResult{}, mesh.Errorf(mesh.KindInvalid, "invalid_recipient", "to must be an agent id (%s)", mesh.AgentIDPattern)
-	case req.To == caller:
-		return SendResult{}, mesh.Errorf(mesh.KindUnprocessable, "cannot_message_self", "an agent cannot send a message to itself")
+	if err := checkSendTo(caller, req.To); err != nil {
+		return SendResult{}, err
 	}
 	parts, h, err := s.sendInput(req)
 	if err != nil {
 		return SendResult{}, err
 	}
 	if req.TaskID == "" {
-		return s.newTask(ctx, caller, keyID, req, parts, h)
+		res, _, err := s.newTask(ctx, caller, keyID, req, parts, h)
+		return res, err
 	}
 	if keyID != "" {
 		if err := identity.CheckKey(ctx, s.DB, caller, keyID); err != nil {
@@ -348,11 +357,13 @@ var (
 // or a concurrent duplicate fails on the idempotency key at the end, rolls
 // back (the seq it took must not stay) and reruns, finding the stored
 // answer; a replay spends its rate token on its own, as it always did.
-func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendRequest, parts json.RawMessage, h hashed) (SendResult, error) {
+// replayed says the answer is a committed request's (SendA2A tells a
+// client's retry from its reuse of a message id by it).
+func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendRequest, parts json.RawMessage, h hashed) (res SendResult, replayed bool, err error) {
 	clientID := req.MessageID
 	w, hash, err := s.startWrite(ctx, caller, clientID, h)
 	if err != nil {
-		return SendResult{}, err
+		return SendResult{}, false, err
 	}
 	var out SendResult
 	// stored answers with the replay (errReplay, out set) or conflict of a
@@ -419,20 +430,20 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 		})
 		switch {
 		case err == nil:
-			return out, nil
+			return out, false, nil
 		case errors.Is(err, errReplay):
 			// The replay's own rate token, as a replay inside one
 			// transaction spent it; the answer stands regardless.
 			if err := identity.TakeRate(ctx, s.DB, caller, s.Clock()); err != nil && mesh.AsError(err).Kind != mesh.KindRateLimited {
-				return SendResult{}, err
+				return SendResult{}, false, err
 			}
-			return out, nil
+			return out, true, nil
 		case errors.Is(err, errKeyTaken) && attempt < maxSendAttempts:
 			continue
 		case errors.Is(err, errKeyTaken):
-			return SendResult{}, mesh.Internal(err)
+			return SendResult{}, false, mesh.Internal(err)
 		}
-		return SendResult{}, err
+		return SendResult{}, false, err
 	}
 }
 
@@ -760,7 +771,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, stmt string, n int, row func(i 
 // reachableMembers lists, in agent id order, the members of groupID other
 // than caller that neither blocked caller nor were blocked by it.
 func reachableMembers(ctx context.Context, tx *sql.Tx, groupID, caller string) ([]string, error) {
-	others, err := queryStrings(ctx, tx, groupOthersSQL, groupID, caller)
+	others, err := mysql.QueryStrings(ctx, tx, groupOthersSQL, groupID, caller)
 	if err != nil {
 		return nil, err
 	}
@@ -776,7 +787,7 @@ func reachableMembers(ctx context.Context, tx *sql.Tx, groupID, caller string) (
 	}
 	skip := map[string]bool{}
 	for _, q := range []string{blockedBySQL, blockersOfSQL} {
-		ids, err := queryStrings(ctx, tx, q, caller)
+		ids, err := mysql.QueryStrings(ctx, tx, q, caller)
 		if err != nil {
 			return nil, err
 		}
@@ -798,21 +809,4 @@ func reachableMembers(ctx context.Context, tx *sql.Tx, groupID, caller string) (
 func errFanoutMembers(n int) error {
 	return mesh.Errorf(mesh.KindTooLarge, "fanout_too_large",
 		"the group has %d other members; a group send reaches at most %d", n, MaxFanoutMembers)
-}
-
-func queryStrings(ctx context.Context, q identity.Querier, query string, args ...any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

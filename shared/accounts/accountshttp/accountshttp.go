@@ -70,6 +70,26 @@ func Endpoints(s *accounts.Service) httpapi.Endpoints {
 			out, err := s.Redrive(ctx, identity.AdminActor, in.Recipient)
 			return httpapi.JSON(http.StatusOK, out), err
 		}),
+		"AdminDeleteAgentFunction": admin(func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
+			return httpapi.Response{Status: http.StatusNoContent}, s.AdminDeleteAgent(ctx, r.Path("id"))
+		}),
+		"AccountDeleteAgentFunction": account(func(ctx context.Context, r *httpapi.Request, sess accounts.Session) (httpapi.Response, error) {
+			return httpapi.Response{Status: http.StatusNoContent}, s.DeleteAgent(ctx, sess.Account, r.Path("id"))
+		}),
+		"AccountDeleteFunction": account(func(ctx context.Context, r *httpapi.Request, sess accounts.Session) (httpapi.Response, error) {
+			var withAgents bool
+			switch r.Query("with_agents") {
+			case "", "false":
+			case "true":
+				withAgents = true
+			default:
+				return httpapi.Response{}, mesh.Errorf(mesh.KindInvalid, "invalid_parameter", "with_agents must be true or false")
+			}
+			if err := s.DeleteAccount(ctx, sess.Account, withAgents); err != nil {
+				return httpapi.Response{}, err
+			}
+			return httpapi.Response{Status: http.StatusNoContent, Headers: map[string]string{"Set-Cookie": Cookie(r, "", -1)}}, nil
+		}),
 		"AccountSignInFunction": {Auth: httpapi.AuthPublic, Handle: func(ctx context.Context, r *httpapi.Request) (httpapi.Response, error) {
 			var in api.SignInRequest
 			if err := r.Decode(&in); err != nil {

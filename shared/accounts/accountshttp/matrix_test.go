@@ -64,6 +64,7 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 		"AccountListTasksFunction":           {"id": "no-such-agent"},
 		"AccountGetTimelineFunction":         {"id": "owned-agent-7", "task_id": "no-such-task"},
 		"AccountDecideFriendRequestFunction": {"id": "999999999"},
+		"AccountDeleteAgentFunction":         {"id": "no-such-agent"},
 	}
 	routes := []accountRoute{
 		{fn: "AccountListAgentsFunction", method: http.MethodGet, list: true},
@@ -82,6 +83,9 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 		{fn: "AccountOutboxHealthFunction", method: http.MethodGet, list: true},
 		{fn: "AccountRedriveFunction", method: http.MethodPost, body: map[string]string{"recipient": "owned-agent-7"}, list: true},
 		{fn: "AccountSignOutFunction", method: http.MethodDelete, list: true},
+		{fn: "AccountDeleteFunction", method: http.MethodDelete, list: true},
+		// Last: the owner's run deletes the agent the routes above use.
+		{fn: "AccountDeleteAgentFunction", method: http.MethodDelete, path: agent},
 	}
 	t.Run("the matrix names every account route", func(t *testing.T) {
 		named := map[string]bool{}
@@ -116,7 +120,7 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 				}
 			})
 		}
-		if rt.fn == "AccountSignOutFunction" || rt.fn == "AccountCreateAgentFunction" {
+		if rt.fn == "AccountSignOutFunction" || rt.fn == "AccountCreateAgentFunction" || rt.fn == "AccountDeleteFunction" {
 			continue // acts on the caller's own session or account only
 		}
 		t.Run(rt.fn+" shows another account nothing of the owner's agent", func(t *testing.T) {
@@ -159,8 +163,8 @@ func TestEveryAccountRouteKeepsToItsOwnAccount(t *testing.T) {
 	})
 	t.Run("the owner itself may do each of it", func(t *testing.T) {
 		for _, rt := range routes {
-			if rt.fn == "AccountSignOutFunction" {
-				continue // signing out is tested on its own
+			if rt.fn == "AccountSignOutFunction" || rt.fn == "AccountDeleteFunction" {
+				continue // signing out and deleting the account are tested on their own
 			}
 			r := f.call(req{fn: rt.fn, method: rt.method, path: rt.path, body: rt.body, cookie: owner.token, csrf: owner.csrf})
 			if r.status/100 != 2 {

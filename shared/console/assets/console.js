@@ -24,13 +24,33 @@
         var data = null;
         try { data = t ? JSON.parse(t) : null; } catch (e) { data = null; }
         if (!r.ok) {
-          var msg = (data && (data.detail || data.code)) || ("HTTP " + r.status);
-          throw new Error(msg);
+          var err = new Error(problemText(r.status, data));
+          err.code = (data && data.code) || "";
+          throw err;
         }
         return data;
       });
     });
   }
+
+  // An error answer (application/problem+json) in words: its detail, then
+  // its stable code and status, which the API reference lists.
+  function problemText(status, p) {
+    if (!p || typeof p !== "object") return "The request failed (HTTP " + status + ").";
+    return (p.detail || p.title || "The request failed") + " (" + (p.code ? p.code + ", " : "") + "HTTP " + status + ")";
+  }
+
+  // A notice that outlives the reload or the redirect a write ends with:
+  // kept in the tab's sessionStorage and shown by the next page.
+  var noticeKey = "mesh-console-notice";
+  function notice(text) {
+    try { sessionStorage.setItem(noticeKey, text); } catch (e) { /* storage off: no notice */ }
+  }
+  try {
+    var kept = sessionStorage.getItem(noticeKey);
+    sessionStorage.removeItem(noticeKey);
+    if (kept) flash(kept);
+  } catch (e) { /* storage off */ }
 
   function act(promise, done) {
     busy = true;
@@ -99,6 +119,74 @@
     var box = document.querySelector('input.same-auto[data-agent="' + agent + '"]');
     act(api("PUT", "/v1/account/agents/" + enc(agent) + "/policy", { friend_policy: sel.value, same_account_auto: box.checked }));
   }
+  // Deleting asks first, in a dialog that names what goes and wants it typed
+  // back: an agent's id, the account's email. go makes the call (with the
+  // "with all its agents" box); an error answer stays in the dialog.
+  var dialog = document.getElementById("confirm-delete");
+  var pending = null;
+  function confirmDelete(title, what, name, offerAll, go, done) {
+    var f = dialog.querySelector("form");
+    dialog.querySelector(".confirm-title").textContent = title;
+    dialog.querySelector(".confirm-what").textContent = what;
+    dialog.querySelector(".confirm-name").textContent = name;
+    dialog.querySelector(".with-agents").hidden = !offerAll;
+    dialog.querySelector(".confirm-error").hidden = true;
+    f.with_agents.checked = false;
+    f.confirm.value = "";
+    f.querySelector(".confirm-go").disabled = true;
+    pending = { name: name, go: go, done: done };
+    busy = true;
+    dialog.showModal();
+    f.confirm.focus();
+  }
+  if (dialog) {
+    var form = dialog.querySelector("form"), goButton = form.querySelector(".confirm-go");
+    form.confirm.addEventListener("input", function () {
+      goButton.disabled = !pending || form.confirm.value !== pending.name;
+    });
+    form.querySelector(".confirm-cancel").addEventListener("click", function () { dialog.close(); });
+    dialog.addEventListener("close", function () { pending = null; busy = false; });
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var p = pending;
+      if (!p || form.confirm.value !== p.name) return;
+      goButton.disabled = true;
+      p.go(form.with_agents.checked).then(function () {
+        dialog.close();
+        p.done();
+      }, function (err) {
+        var box = dialog.querySelector(".confirm-error");
+        box.textContent = err.message;
+        box.hidden = false;
+        // Agents made since the page was drawn: offer the choice now.
+        if (err.code === "account_has_agents") dialog.querySelector(".with-agents").hidden = false;
+        goButton.disabled = pending !== p || form.confirm.value !== p.name;
+      });
+    });
+  }
+  on("button.delete-agent", "click", function (e) {
+    var a = e.target.dataset.agent;
+    confirmDelete("Delete the agent " + a + "?",
+      "Its keys stop working at once; its friendships, group memberships and A2A card end, and a group it owns passes to another member. " +
+      "Its open tasks end (failed or canceled), and the other party sees \"deleted\" where its id was. The id " + a +
+      " cannot be registered again while the audit log keeps the deletion. This cannot be undone.",
+      a, false,
+      function () { return api("DELETE", "/v1/account/agents/" + enc(a)); },
+      function () { notice("Deleted the agent " + a + "."); location.reload(); });
+  });
+  var deleteAccount = document.getElementById("delete-account");
+  if (deleteAccount) {
+    deleteAccount.addEventListener("click", function () {
+      var email = deleteAccount.dataset.email, owns = Number(deleteAccount.dataset.agents) > 0;
+      confirmDelete("Delete the account " + email + "?",
+        (owns ? "The account still owns agents: tick \"with all its agents\" to delete them with it (each as Delete on its row would). " : "") +
+        "Its sessions end and you are signed out. This cannot be undone.",
+        email, owns,
+        function (all) { return api("DELETE", "/v1/account" + (all ? "?with_agents=true" : "")); },
+        function () { notice("The account " + email + " was deleted."); location.href = "/console/signin"; });
+    });
+  }
+
   on("select.policy", "change", function (e) { policy(e.target.dataset.agent); });
   on("input.same-auto", "change", function (e) { policy(e.target.dataset.agent); });
   // The A2A card: the switch publishes or withdraws it with the words

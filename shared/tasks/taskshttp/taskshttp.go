@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/httpapi"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/outbox"
+	"github.com/agentmesh/agentmesh/shared/retention"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 	"github.com/agentmesh/agentmesh/shared/tracing"
 )
@@ -28,6 +29,7 @@ func New(env *app.Env) *tasks.Service {
 		IdleTimeout:     env.Config.TaskIdleTimeout,
 		Log:             env.Log,
 		Janitor:         outbox.Janitor{DB: env.DB, Retention: env.Config.OutboxRetention, Log: env.Log},
+		Retention:       retention.Janitor{Policy: retention.Policy(env.Config.Retention)},
 		Inbox:           outbox.Inbox{MaxPolls: env.Config.MaxLongPolls},
 		TraceID:         tracing.TraceID,
 	}
