@@ -109,6 +109,7 @@ func TestReport(t *testing.T) {
 		stage("function init", measureInit)
 		stage("push idle", measureIdle)
 		stage("latency", measureLatency)
+		stage("janitor", measureJanitor)
 	}
 	if *scale {
 		stage("scale", measureScale)
