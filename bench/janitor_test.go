@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -49,18 +48,7 @@ func measureJanitor(t *testing.T, r *Results) {
 	ctx := context.Background()
 	root := repoRoot(t)
 	db, dsn := mysqltest.New(t)
-	raw, err := os.ReadFile(filepath.Join(root, "events", "send-message.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tmpl events.APIGatewayV2HTTPRequest
-	if err := json.Unmarshal(raw, &tmpl); err != nil {
-		t.Fatal(err)
-	}
-	var body tasks.SendRequest
-	if err := json.Unmarshal([]byte(tmpl.Body), &body); err != nil {
-		t.Fatal(err)
-	}
+	tmpl, body := sendSample(t, root)
 	e := newSendEnv(t, db, tmpl, body, []byte("bench-jwt-secret-0123456789abcdef-0123"))
 	senders, recipients := ids("jsender-", janitorSenders), ids("jrcpt-", janitorSenders)
 	tokens := credentials(t, e, senders)

@@ -93,18 +93,7 @@ func measureSend(t *testing.T, r *Results) {
 	ctx := context.Background()
 	root := repoRoot(t)
 	db, dsn := mysqltest.New(t)
-	raw, err := os.ReadFile(filepath.Join(root, "events", "send-message.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tmpl events.APIGatewayV2HTTPRequest
-	if err := json.Unmarshal(raw, &tmpl); err != nil {
-		t.Fatal(err)
-	}
-	var body tasks.SendRequest
-	if err := json.Unmarshal([]byte(tmpl.Body), &body); err != nil {
-		t.Fatal(err)
-	}
+	tmpl, body := sendSample(t, root)
 	jwtKey := []byte("bench-jwt-secret-0123456789abcdef-0123")
 	e := newSendEnv(t, db, tmpl, body, jwtKey)
 
@@ -354,4 +343,23 @@ func befriend(t testing.TB, db *mysql.DB, pairs [][2]string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// sendSample is the send-message sample event under root/events and its
+// body, the request every send stage sends.
+func sendSample(t *testing.T, root string) (events.APIGatewayV2HTTPRequest, tasks.SendRequest) {
+	t.Helper()
+	var tmpl events.APIGatewayV2HTTPRequest
+	var body tasks.SendRequest
+	raw, err := os.ReadFile(filepath.Join(root, "events", "send-message.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &tmpl)
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(tmpl.Body), &body)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl, body
 }
