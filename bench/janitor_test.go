@@ -4,20 +4,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/retention"
-	"github.com/agentmesh/agentmesh/shared/tasks"
 )
 
 var janitorOnly = flag.Bool("janitor", false, "run the janitor stage alone (TestJanitorStage)")
