@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/retention"
