@@ -55,12 +55,18 @@ func TestDeliveryGoesOnWhenThePartitionLeaderIsKilled(t *testing.T) {
 	c := startCluster(t)
 	m := startMesh(t, c)
 	leader := c.leader(t, m.topic, m.partitionOf("bob"))
-	killed := time.Now()
 	c.kill(t, leader)
+	// From the moment the process is gone (kill waits for it): a send
+	// accepted before could still have been delivered by the live leader.
+	killed := time.Now()
+	// The controller fences a dead broker only after its session timeout;
+	// until then the metadata still names it. The case is a leader's loss
+	// only if another replica takes over.
+	waitFor(t, settleTimeout, "another leader of bob's partition", func() bool {
+		after := c.leader(t, m.topic, m.partitionOf("bob"))
+		return after >= 0 && after != leader
+	})
 	rec := m.recovered(killed)
-	if after := c.leader(t, m.topic, m.partitionOf("bob")); after == leader {
-		t.Errorf("node %d still leads bob's partition after it was killed", leader)
-	}
 	t.Logf("(a) leader %d killed: delivery resumed after %v", leader, rec.Round(time.Millisecond))
 	figure("- (a) leader kill: delivery resumed %.1f s after the partition leader was SIGKILLed", rec.Seconds())
 	c.start(t, leader)
@@ -151,8 +157,8 @@ func TestDeliveryGoesOnWhenTheControllerFailsOver(t *testing.T) {
 			c.moveLeader(t, m.topic, m.partitionOf(r), ctrl)
 		}
 	}
-	killed := time.Now()
 	c.kill(t, ctrl)
+	killed := time.Now() // the process is gone: kill waits for it
 	var next int32
 	waitFor(t, settleTimeout, "a new active controller", func() bool {
 		next = c.controller(t)
