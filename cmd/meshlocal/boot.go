@@ -23,7 +23,6 @@ import (
 	"github.com/agentmesh/agentmesh/shared/apigwlocal"
 	"github.com/agentmesh/agentmesh/shared/app"
 	"github.com/agentmesh/agentmesh/shared/config"
-	"github.com/agentmesh/agentmesh/shared/dispatch"
 	"github.com/agentmesh/agentmesh/shared/kafka"
 	"github.com/agentmesh/agentmesh/shared/localstack"
 	"github.com/agentmesh/agentmesh/shared/metrics"
@@ -337,6 +336,7 @@ func (m *localMesh) migrate(ctx context.Context) error {
 	}
 	m.env = env
 	m.onClose(func() { env.DB.Close(); m.say("  database pool closed") })
+	localstack.SizeAPIPool(env.DB)
 	applied, err := env.DB.Migrate(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations failed: %v", err)
@@ -414,14 +414,12 @@ func (m *localMesh) buildRegistry(ctx context.Context) error {
 		return err
 	}
 	m.tpl = tpl
-	disp, err := dispatch.NewKafkaDispatcher(ctx, m.env.DB, m.cfg, m.log)
+	disp, closeDispatcher, err := localstack.NewDispatcher(ctx, m.cfg, m.log)
 	if err != nil {
 		return fmt.Errorf("dispatcher: %v", err)
 	}
+	m.onClose(closeDispatcher)
 	disp.Metrics = m.metrics
-	if kp, ok := disp.Publisher.(dispatch.KafkaPublisher); ok {
-		m.onClose(func() { kp.Client.Close() })
-	}
 	m.reg, err = localstack.NewRegistry(m.env, localstack.Deps{Dispatcher: disp, Metrics: m.metrics})
 	if err != nil {
 		return err

@@ -128,7 +128,12 @@ func NewRegistry(env *app.Env, deps Deps) (apigwlocal.Registry, error) {
 	}
 	env.Identity.OnKeysRevoked = conns.OnKeysRevoked
 	if d := deps.Dispatcher; d != nil && relay != nil {
-		d.Pusher = &push.Sender{Directory: conns, Relay: relay, Log: env.Log, Metrics: deps.Metrics}
+		// The dispatcher's push rounds look connections up on the
+		// dispatcher's own pool, as functions/dispatcher wires them: not
+		// behind the API's requests.
+		dconns := *conns
+		dconns.DB = d.DB
+		d.Pusher = &push.Sender{Directory: &dconns, Relay: relay, Log: env.Log, Metrics: deps.Metrics}
 	}
 
 	if len(dup) > 0 {

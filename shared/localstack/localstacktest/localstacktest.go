@@ -135,13 +135,13 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Env.DB.Close() })
+	localstack.SizeAPIPool(st.Env.DB)
 	if o.Kafka {
-		if st.Dispatcher, err = dispatch.NewKafkaDispatcher(ctx, st.Env.DB, st.Config, log); err != nil {
+		var closeDispatcher func()
+		if st.Dispatcher, closeDispatcher, err = localstack.NewDispatcher(ctx, st.Config, log); err != nil {
 			t.Fatal(err)
 		}
-		if kp, ok := st.Dispatcher.Publisher.(dispatch.KafkaPublisher); ok {
-			t.Cleanup(kp.Client.Close)
-		}
+		t.Cleanup(closeDispatcher)
 	}
 	if st.Registry, err = localstack.NewRegistry(st.Env, localstack.Deps{Dispatcher: st.Dispatcher}); err != nil {
 		t.Fatal(err)
