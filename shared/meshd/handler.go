@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,6 +169,13 @@ func (h CommandHandler) HandleBatch(ctx context.Context, envs []mesh.Envelope) e
 }
 
 // run starts the command once with stdin and the event environment.
+//
+// Little besides the process start is left per event (a handler as small
+// as `true` starts in under a millisecond): PATH and the inherited
+// environment come from caches, and no goroutine is started: a small stdin
+// is written into its pipe before the start, stderr is read here after the
+// exit (waitCopying), and the kill at the timeout or Config.Interrupt is a
+// context callback instead of exec.CommandContext's watching goroutine.
 func (h CommandHandler) run(ctx context.Context, stdin []byte, eventEnv []string) error {
 	if len(h.Command) == 0 || h.Command[0] == "" {
 		return Permanent(errors.New("meshd: CommandHandler has no command"))
@@ -176,22 +186,57 @@ func (h CommandHandler) run(ctx context.Context, stdin []byte, eventEnv []string
 		defer cancel()
 	}
 	tail := &tailBuffer{max: 4 << 10}
-	cmd := exec.CommandContext(ctx, h.Command[0], h.Command[1:]...)
-	cmd.Dir = h.Dir
-	cmd.Stdin = bytes.NewReader(stdin)
-	cmd.Stdout = h.Stdout
-	cmd.Stderr = tail
+	var errOut io.Writer = tail
 	if h.Stderr != nil {
-		cmd.Stderr = io.MultiWriter(h.Stderr, tail)
+		errOut = io.MultiWriter(h.Stderr, tail)
 	}
 	// The handler gets no credential: it acts through the control channel
 	// whose capability (grantEnv) dies with this run.
-	cmd.Env = append(append(HandlerEnviron(append(os.Environ(), h.Env...)), eventEnv...), grantEnv(ctx)...)
-	// A killed shell can leave children holding its output pipes; stop
-	// waiting for them shortly after the kill.
-	cmd.WaitDelay = 5 * time.Second
-	killGroup(cmd)
-	err := cmd.Run()
+	grant := grantEnv(ctx)
+	base := inheritedEnv(h.Env)
+	env := make([]string, 0, len(base)+len(eventEnv)+len(grant))
+	env = append(append(append(env, base...), eventEnv...), grant...)
+	in, err := stdinPipe(stdin)
+	if err != nil {
+		return fmt.Errorf("handler: stdin: %w", err)
+	}
+	// The child's stderr is a pipe this goroutine reads (waitCopying), so
+	// os/exec adds no copying goroutine to wait for. That needs read
+	// deadlines on the pipe; without them, os/exec copies it.
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		if in != nil {
+			in.Close()
+		}
+		return fmt.Errorf("handler: stderr: %w", err)
+	}
+	defer errR.Close()
+	var stderr io.Writer = errW
+	if errR.SetReadDeadline(time.Time{}) != nil {
+		stderr = errOut
+	}
+	cmd, kill, cached, err := h.start(ctx, in, stdin, stderr, env, true)
+	if err != nil && cached && errors.Is(err, fs.ErrNotExist) {
+		// The program moved since its path was cached: look it up again.
+		forgetPath(h.Command[0])
+		cmd, kill, _, err = h.start(ctx, in, stdin, stderr, env, false)
+	}
+	errW.Close() // the child holds its own: EOF comes when it (and what it left) closes it
+	if in != nil {
+		// At once, not after the run: while this process holds the read
+		// end, the runtime's poller is woken as the child reads it.
+		in.Close()
+	}
+	if err == nil {
+		// The timeout or Config.Interrupt kills the whole process group.
+		stop := context.AfterFunc(ctx, func() { _ = kill() })
+		if stderr == errW {
+			err = waitCopying(cmd, errR, errOut)
+		} else {
+			err = cmd.Wait()
+		}
+		stop()
+	}
 	if ctx.Err() == context.DeadlineExceeded && h.Timeout > 0 {
 		return fmt.Errorf("handler timed out after %v%s", h.Timeout, tail.lastLine())
 	}
@@ -211,6 +256,219 @@ func (h CommandHandler) run(ctx context.Context, stdin []byte, eventEnv []string
 		return fmt.Errorf("handler: %w", err)
 	}
 	return nil
+}
+
+// start starts the command with the prepared stdin pipe (in; nil: stdin
+// goes through os/exec's own pipe), stderr and environment, with the
+// program's cached PATH lookup when useCache. kill kills its process
+// group; cached reports whether the cached lookup was used. The Cmd is
+// returned also when it did not start.
+func (h CommandHandler) start(ctx context.Context, in *os.File, stdin []byte, stderr io.Writer, env []string, useCache bool) (cmd *exec.Cmd, kill func() error, cached bool, err error) {
+	name := h.Command[0]
+	if useCache && filepath.Base(name) == name {
+		if p, ok := lookPath(name); ok {
+			cmd, cached = &exec.Cmd{Path: p, Args: h.Command}, true
+		}
+	}
+	if cmd == nil {
+		cmd = exec.Command(name, h.Command[1:]...)
+	}
+	cmd.Dir = h.Dir
+	if in != nil {
+		cmd.Stdin = in
+	} else {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	cmd.Stdout = h.Stdout
+	cmd.Stderr = stderr
+	cmd.Env = env
+	// A killed shell can leave children holding its output pipes; stop
+	// waiting for them shortly after it exits.
+	cmd.WaitDelay = handlerWaitDelay
+	kill = groupKiller(cmd)
+	if err := ctx.Err(); err != nil {
+		return cmd, kill, cached, err // as exec.CommandContext: nothing is started
+	}
+	return cmd, kill, cached, cmd.Start()
+}
+
+// groupKiller puts cmd in its own process group and returns what kills
+// that group once cmd started (where there are no groups, the process), so
+// `sh -c "a | b"` leaves no orphan behind. killGroup's Cancel is taken out
+// of cmd: it needs exec.CommandContext, whose watching goroutine run saves.
+func groupKiller(cmd *exec.Cmd) func() error {
+	killGroup(cmd)
+	kill := cmd.Cancel
+	cmd.Cancel = nil
+	if kill == nil {
+		kill = func() error { return cmd.Process.Kill() }
+	}
+	return kill
+}
+
+// waitCopying waits for the started cmd and copies its stderr (the read
+// end r) into dst, in this goroutine where it can: the exit is waited for
+// first, as a plain process start is (one wake-up), and a handler that
+// exits within stderrQuiet leaves its stderr in the pipe, read at once. A
+// handler that runs longer gets a goroutine copying its stderr meanwhile
+// (a full pipe would block it). Either way, what it left behind holding
+// stderr gets cmd.WaitDelay after the exit to close it (then
+// exec.ErrWaitDelay, as os/exec reports it).
+func waitCopying(cmd *exec.Cmd, r *os.File, dst io.Writer) error {
+	copied := make(chan error, 1)
+	t := time.AfterFunc(stderrQuiet, func() { copied <- copyAll(r, dst) })
+	err := cmd.Wait()
+	_ = r.SetReadDeadline(time.Now().Add(cmd.WaitDelay))
+	var cerr error
+	if t.Stop() {
+		cerr = copyAll(r, dst)
+	} else {
+		cerr = <-copied
+	}
+	if err == nil && cerr != nil {
+		err = cerr
+		if errors.Is(cerr, os.ErrDeadlineExceeded) {
+			err = exec.ErrWaitDelay
+		}
+	}
+	return err
+}
+
+// copyAll copies r into dst until EOF (nil) or a read error.
+func copyAll(r *os.File, dst io.Writer) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	for {
+		n, err := r.Read(*bp)
+		if n > 0 {
+			_, _ = dst.Write((*bp)[:n])
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// handlerWaitDelay is how long a handler's output pipes are waited for
+// after it exited (what it left running may hold them); a variable for
+// tests.
+var handlerWaitDelay = 5 * time.Second
+
+// stderrQuiet is how long a handler runs before a goroutine copies its
+// stderr (until then the pipe holds it: 64 KiB by default, at least 4 KiB);
+// a variable for tests.
+var stderrQuiet = 100 * time.Millisecond
+
+// copyBufs are waitCopying's read buffers.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+
+// stdinAhead is the largest stdin run writes into the pipe before the
+// start: PIPE_BUF, which an empty pipe takes at once however small (4096
+// bytes on Linux, at least 512 by POSIX). A larger one is copied by
+// os/exec's goroutine while the command reads.
+func stdinAhead() int {
+	if runtime.GOOS == "linux" {
+		return 4096
+	}
+	return 512
+}
+
+// stdinPipe returns the read end of a pipe already holding data, or nil
+// when data is too large to be written ahead.
+func stdinPipe(data []byte) (*os.File, error) {
+	if len(data) > stdinAhead() {
+		return nil, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	// Nothing reads yet, so the write must not wait: it is one atomic
+	// write into an empty pipe.
+	_, err = w.Write(data)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// pathTTL bounds how long a PATH lookup is reused: long enough that a
+// stream of events looks the program up about once a second instead of at
+// every start (a stat per PATH directory), short enough that a program
+// installed earlier in PATH is picked up promptly.
+const pathTTL = time.Second
+
+type pathEntry struct {
+	path string
+	at   time.Time
+}
+
+var pathCache struct {
+	mu sync.Mutex
+	m  map[string]pathEntry // by PATH and program name
+}
+
+// lookPath is exec.LookPath(name) through pathCache; false when name is
+// not found (exec.Command then reports why).
+func lookPath(name string) (string, bool) {
+	key := os.Getenv("PATH") + "\x00" + name
+	now := time.Now()
+	pathCache.mu.Lock()
+	e, ok := pathCache.m[key]
+	pathCache.mu.Unlock()
+	if ok && now.Sub(e.at) < pathTTL {
+		return e.path, true
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", false
+	}
+	pathCache.mu.Lock()
+	if pathCache.m == nil || len(pathCache.m) > 64 {
+		pathCache.m = map[string]pathEntry{} // bounded: PATH values are few
+	}
+	pathCache.m[key] = pathEntry{path: p, at: now}
+	pathCache.mu.Unlock()
+	return p, true
+}
+
+// forgetPath drops name's cached lookup.
+func forgetPath(name string) {
+	key := os.Getenv("PATH") + "\x00" + name
+	pathCache.mu.Lock()
+	delete(pathCache.m, key)
+	pathCache.mu.Unlock()
+}
+
+// envCache holds HandlerEnviron of the last environment seen: the
+// filtering allocates and scans every variable, the environment rarely
+// changes. It is keyed by the whole input, so any change (a credential
+// set later included) is filtered again.
+var envCache struct {
+	mu             sync.Mutex
+	environ, extra []string // the input
+	out            []string // HandlerEnviron(environ + extra); never modified
+}
+
+// inheritedEnv is HandlerEnviron(append(os.Environ(), extra...)). The
+// result is shared: callers copy it before appending.
+func inheritedEnv(extra []string) []string {
+	environ := os.Environ()
+	envCache.mu.Lock()
+	defer envCache.mu.Unlock()
+	if envCache.out != nil && slices.Equal(environ, envCache.environ) && slices.Equal(extra, envCache.extra) {
+		return envCache.out
+	}
+	out := HandlerEnviron(append(slices.Clip(environ), extra...))
+	envCache.environ, envCache.extra, envCache.out = environ, slices.Clone(extra), slices.Clip(out)
+	return envCache.out
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -3,9 +3,11 @@ package meshd_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,4 +181,138 @@ func TestTheHandlersEnvironmentHoldsNoCredential(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The inherited environment is filtered once and reused while it does not
+// change: a change made after a run (a credential above all) must be
+// filtered again, never served from what an earlier run saw.
+func TestTheHandlersEnvironmentFollowsChangesAfterARun(t *testing.T) {
+	dir := t.TempDir()
+	run := func(name string, extra ...string) map[string]string {
+		t.Helper()
+		out := filepath.Join(dir, name)
+		h := meshd.CommandHandler{Command: []string{"sh", "-c", `env > "$OUT"`}, Env: append([]string{"OUT=" + out}, extra...), Timeout: 10 * time.Second}
+		if err := h.Handle(context.Background(), sampleEnvelope(1, "x")); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	run("warm")
+	t.Setenv("MESH_API_KEY", "amk_set_after_a_run")
+	t.Setenv("MESH_SET_AFTER_A_RUN", "visible")
+	env := run("after")
+	if v, ok := env["MESH_API_KEY"]; ok {
+		t.Errorf("a key set after a run reached the handler: MESH_API_KEY=%s", v)
+	}
+	if env["MESH_SET_AFTER_A_RUN"] != "visible" {
+		t.Errorf("a variable set after a run did not reach the handler: %q", env["MESH_SET_AFTER_A_RUN"])
+	}
+	// Another handler's Env is its own, filtered the same way.
+	env = run("other", "EXTRA=1", "MESH_WEBHOOK_SECRET=s3")
+	if env["EXTRA"] != "1" || env["MESH_SET_AFTER_A_RUN"] != "visible" {
+		t.Errorf("the other handler's environment lacks its Env or the inherited one: EXTRA=%q", env["EXTRA"])
+	}
+	if _, ok := env["MESH_WEBHOOK_SECRET"]; ok {
+		t.Error("a secret in the handler's Env reached it")
+	}
+	if env = run("first-again"); env["EXTRA"] != "" {
+		t.Errorf("the first handler got the other's Env: EXTRA=%q", env["EXTRA"])
+	}
+}
+
+// An event larger than what is written ahead into the stdin pipe reaches
+// the command whole, and a command that does not read it still succeeds.
+func TestCommandHandlerLargeStdin(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "stdin")
+	env := sampleEnvelope(1, strings.Repeat("long text ", 20_000)) // ~200 KiB
+	want, err := meshd.BatchLine(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := meshd.CommandHandler{Command: []string{"sh", "-c", `cat > "$OUT"`}, Env: []string{"OUT=" + out}, Timeout: 10 * time.Second}
+	if err := h.Handle(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("stdin was %d bytes, want the %d of the envelope line", len(got), len(want))
+	}
+	if err := (meshd.CommandHandler{Command: []string{"true"}, Timeout: 10 * time.Second}).Handle(context.Background(), env); err != nil {
+		t.Errorf("a command that does not read its stdin: %v", err)
+	}
+}
+
+// What the command writes to stderr goes to Stderr whole, and its last
+// line into the error, also when the command runs a while before failing.
+func TestCommandHandlerStderr(t *testing.T) {
+	many := strings.Repeat("a line of stderr\n", 20_000) // more than a pipe holds
+	for _, c := range []struct{ name, script, want string }{
+		{"a quick command", `echo first >&2; echo 'the last line' >&2; exit 3`, "first\n"},
+		{"a command that runs a while", `echo first >&2; sleep 0.3; echo 'the last line' >&2; exit 3`, "first\n"},
+		{"a command that writes more than its pipe holds", `yes 'a line of stderr' | head -n 20000 >&2; echo 'the last line' >&2; exit 3`, many},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf strings.Builder
+			h := meshd.CommandHandler{Command: []string{"sh", "-c", c.script}, Stderr: &lockedWriter{w: &buf}, Timeout: 10 * time.Second}
+			err := h.Handle(context.Background(), sampleEnvelope(1, "x"))
+			if err == nil || !strings.HasSuffix(err.Error(), "status 3: the last line") {
+				t.Errorf("err = %v, want the status and the last stderr line", err)
+			}
+			if want := c.want + "the last line\n"; buf.String() != want {
+				t.Errorf("Stderr got %d bytes, want %d", buf.Len(), len(want))
+			}
+		})
+	}
+}
+
+// lockedWriter is a writer safe for the goroutine that copies stderr.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// A program found in PATH is looked up through a cache; one that moved to
+// another PATH directory since is found again, not reported as missing.
+func TestCommandHandlerFindsAProgramThatMovedInPATH(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	t.Setenv("PATH", a+string(os.PathListSeparator)+b+string(os.PathListSeparator)+os.Getenv("PATH"))
+	prog := filepath.Join(a, "meshd-test-handler-xyz")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := meshd.CommandHandler{Command: []string{"meshd-test-handler-xyz"}, Timeout: 10 * time.Second}
+	if err := h.Handle(context.Background(), sampleEnvelope(1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(prog, filepath.Join(b, "meshd-test-handler-xyz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Handle(context.Background(), sampleEnvelope(2, "x")); err != nil {
+		t.Errorf("after the program moved within PATH: %v", err)
+	}
+	if err := os.Remove(filepath.Join(b, "meshd-test-handler-xyz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Handle(context.Background(), sampleEnvelope(3, "x")); err == nil || !meshd.IsPermanent(err) {
+		t.Errorf("after the program was removed: err = %v, want a permanent failure", err)
+	}
 }
