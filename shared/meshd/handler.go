@@ -382,7 +382,7 @@ func stdinPipe(data []byte) (*os.File, error) {
 	if len(data) > stdinAhead() {
 		return nil, nil
 	}
-	r, w, err := os.Pipe()
+	r, w, err := handlerPipe()
 	if err != nil {
 		return nil, err
 	}
