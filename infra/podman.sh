@@ -182,10 +182,11 @@ start_forwarder() {
   local want="TCP-LISTEN:$port,bind=$gw,reuseaddr,fork"
   alive "$FORWARD_PID" "$want TCP:$target" && return 0
   if alive "$FORWARD_PID" "socat"; then kill "$(<"$FORWARD_PID")" 2>/dev/null || true; fi
-  # The bridge appears with the first container; one throwaway run makes it.
+  # The bridge appears with the first container; one throwaway run (of the
+  # image's own shell: it has no `true`) makes it.
   ip -4 addr show 2>/dev/null | grep -qF "inet $gw/" ||
-    podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" true >/dev/null 2>&1 ||
-    die "cannot run a container ($(podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" true 2>&1 | tail -1)); see $DIR/service.log"
+    podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" sh -c : >/dev/null 2>&1 ||
+    die "cannot run a container ($(podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" sh -c : 2>&1 | tail -1)); see $DIR/service.log"
   setsid socat "$want" "TCP:$target" >"$DIR/forward.log" 2>&1 </dev/null 9>&- &
   echo $! >"$FORWARD_PID"
   for _ in $(seq 50); do
