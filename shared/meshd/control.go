@@ -36,17 +36,12 @@ func (f *inFlight) get() (int64, time.Time) {
 // Config.Interrupt closes, which kills the handler's process group.
 func (r *runner) handlerContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if r.cfg.Interrupt == nil {
+	if r.interrupt == nil {
 		return hctx, cancel
 	}
-	go func() {
-		select {
-		case <-r.cfg.Interrupt:
-			cancel()
-		case <-hctx.Done(): // the handler returned and cancel ran
-		}
-	}()
-	return hctx, cancel
+	// Registered on Run's interrupt context: no goroutine per event.
+	stop := context.AfterFunc(r.interrupt, cancel)
+	return hctx, func() { stop(); cancel() }
 }
 
 // interrupted reports whether Config.Interrupt was closed.

@@ -80,3 +80,33 @@ func TestAHandlerRunAddsNoGoroutine(t *testing.T) {
 		t.Errorf("%d goroutines while the command ran, want at most %d (the caller's alone)", during, before+1)
 	}
 }
+
+// Under Config.Interrupt (always set by cmd/meshd) a handler's context
+// adds no goroutine either: it follows Run's interrupt context, which one
+// watcher per Run cancels. Cancelling that context still cancels the
+// handler's, and a finished handler's context is released from it.
+func TestAHandlersContextUnderInterruptAddsNoGoroutine(t *testing.T) {
+	ictx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	r := &runner{cfg: Config{Interrupt: make(chan struct{})}, interrupt: ictx}
+
+	before := runtime.NumGoroutine()
+	hctx, done := r.handlerContext(context.Background())
+	during := runtime.NumGoroutine()
+	done()
+	if during > before {
+		t.Errorf("%d goroutines with a handler's context open, want at most %d", during, before)
+	}
+	if hctx.Err() == nil {
+		t.Error("the handler's context is not canceled once its handler is done")
+	}
+
+	hctx, done = r.handlerContext(context.Background())
+	defer done()
+	interrupt() // what Run's watcher does when Config.Interrupt closes
+	select {
+	case <-hctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the interrupt did not cancel the running handler's context")
+	}
+}

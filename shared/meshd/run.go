@@ -300,6 +300,11 @@ type runner struct {
 
 	// lost is state.Lost once an event was lost, for heartbeats (inbox.go).
 	lost atomic.Pointer[LostEvents]
+
+	// interrupt is canceled when Config.Interrupt closes (nil without
+	// one): one watcher per Run, so a handler's context follows it
+	// without a goroutine of its own (handlerContext).
+	interrupt context.Context
 }
 
 func (r *runner) currentMode() string {
@@ -333,6 +338,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	r := &runner{cfg: cfg, log: cfg.Log}
+	if cfg.Interrupt != nil {
+		ictx, interrupt := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		defer close(ran)
+		go func() {
+			defer interrupt()
+			select {
+			case <-cfg.Interrupt:
+			case <-ran:
+			}
+		}()
+		r.interrupt = ictx
+	}
 	tok, err := r.initialToken(ctx)
 	if err != nil || tok.AgentID == "" {
 		return err // no token: the mesh never heard of this instance
