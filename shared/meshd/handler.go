@@ -285,25 +285,11 @@ func (h CommandHandler) start(ctx context.Context, in *os.File, stdin []byte, st
 	// A killed shell can leave children holding its output pipes; stop
 	// waiting for them shortly after it exits.
 	cmd.WaitDelay = handlerWaitDelay
-	kill = groupKiller(cmd)
+	kill = killGroup(cmd)
 	if err := ctx.Err(); err != nil {
 		return cmd, kill, cached, err // as exec.CommandContext: nothing is started
 	}
 	return cmd, kill, cached, cmd.Start()
-}
-
-// groupKiller puts cmd in its own process group and returns what kills
-// that group once cmd started (where there are no groups, the process), so
-// `sh -c "a | b"` leaves no orphan behind. killGroup's Cancel is taken out
-// of cmd: it needs exec.CommandContext, whose watching goroutine run saves.
-func groupKiller(cmd *exec.Cmd) func() error {
-	killGroup(cmd)
-	kill := cmd.Cancel
-	cmd.Cancel = nil
-	if kill == nil {
-		kill = func() error { return cmd.Process.Kill() }
-	}
-	return kill
 }
 
 // waitCopying waits for the started cmd and copies its stderr (the read

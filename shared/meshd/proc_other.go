@@ -4,6 +4,12 @@ package meshd
 
 import "os/exec"
 
-// killGroup keeps exec's default (kill the direct child) where process
-// groups are unavailable.
-func killGroup(cmd *exec.Cmd) {}
+// killGroup kills the direct child where process groups are unavailable.
+func killGroup(cmd *exec.Cmd) func() error {
+	return func() error {
+		if cmd.Process == nil {
+			return nil
+		}
+		return cmd.Process.Kill()
+	}
+}

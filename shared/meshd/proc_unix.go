@@ -7,11 +7,11 @@ import (
 	"syscall"
 )
 
-// killGroup runs cmd in its own process group and makes cancellation kill
-// the whole group, so `sh -c "a | b"` leaves no orphan behind.
-func killGroup(cmd *exec.Cmd) {
+// killGroup runs cmd in its own process group and returns what kills the
+// whole group once cmd started, so `sh -c "a | b"` leaves no orphan behind.
+func killGroup(cmd *exec.Cmd) func() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
+	return func() error {
 		if cmd.Process == nil {
 			return nil
 		}
