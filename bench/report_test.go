@@ -3,7 +3,6 @@ package bench
 import (
 	"flag"
 	"fmt"
-	"github.com/agentmesh/agentmesh/shared/retention"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentmesh/agentmesh/shared/retention"
 )
 
 // only picks stages of TestReport by name, for running a part of make bench.
