@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -30,19 +32,46 @@ func BatchBytes(keyLen, valueLen int) int {
 	return batchOverhead + kbin.VarintLen(int32(rec)) + rec
 }
 
+// topicAppearWait bounds how long TopicMaxMessageBytes waits for a topic
+// the broker it asks does not know yet: a topic just created reaches every
+// broker's metadata within moments, and one that is really missing is
+// reported once this has passed. A variable for tests.
+var topicAppearWait = 10 * time.Second
+
+// onUnknownTopic, in tests, runs when a broker answered that it does not
+// know the topic, before the pause that waits for it.
+var onUnknownTopic func()
+
 // TopicMaxMessageBytes reads the topic's effective max.message.bytes (its
 // own setting, or the broker default it inherits) from the cluster.
 func TopicMaxMessageBytes(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
-	res, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		return 0, fmt.Errorf("kafka: describe topic %s configs: %w", topic, err)
-	}
-	rc, err := res.On(topic, nil)
-	if err == nil {
-		err = rc.Err
-	}
-	if err != nil {
-		return 0, fmt.Errorf("kafka: describe topic %s configs: %w", topic, err)
+	deadline := time.Now().Add(topicAppearWait)
+	pause := 100 * time.Millisecond
+	var rc kadm.ResourceConfig
+	for {
+		res, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+		if err != nil {
+			return 0, fmt.Errorf("kafka: describe topic %s configs: %w", topic, err)
+		}
+		rc, err = res.On(topic, nil)
+		if err == nil {
+			err = rc.Err
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) || time.Now().Add(pause).After(deadline) {
+			return 0, fmt.Errorf("kafka: describe topic %s configs: %w", topic, err)
+		}
+		if onUnknownTopic != nil {
+			onUnknownTopic()
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("kafka: describe topic %s configs: %w", topic, err)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
 	}
 	for _, c := range rc.Configs {
 		if c.Key == "max.message.bytes" && c.Value != nil {
