@@ -23,7 +23,7 @@ test:
 	  echo "==> go test"; $(GO) test -count=1 -timeout 20m ./...; \
 	  echo "==> fault tests on a three-broker Kafka cluster (make faults)"; mkdir -p .local/faults; rm -f .local/faults/report.md; \
 	  rc=0; MESH_FAULTS=1 MESH_FAULTS_REPORT=$(CURDIR)/.local/faults/report.md $(GO) test -count=1 -timeout 20m ./shared/faults/ || rc=$$?; \
-	  cat .local/faults/report.md 2>/dev/null || true; test $$rc = 0; \
+	  test $$rc = 0; cat .local/faults/report.md 2>/dev/null || true; \
 	  echo "==> schemathesis (openapi.yaml against the local stack)"; infra/fuzz-api.sh; \
 	  echo "==> a2a-sdk 1.3.0 (the Python A2A client against a mesh agent)"; infra/a2a-sdk.sh; \
 	  echo "==> SAM tier (sam build, then sam local start-api and invoke on Podman: infra/sam-test.sh)"; infra/sam-test.sh'
