@@ -26,7 +26,7 @@ SQL_MODE='ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,STRICT_ALL_TABLES,NO_ZERO_IN_DA
 
 die() { echo "mariadb: $*" >&2; exit 1; }
 
-dsn() { echo "mesh:mesh@tcp($HOST:$PORT)/mesh?parseTime=true&multiStatements=false"; }
+dsn() { echo "mesh:mesh@tcp($HOST:$PORT)/mesh?parseTime=true"; }
 
 # find_bin NAME: the binary on PATH or in /usr/sbin (not on a normal user's PATH).
 find_bin() {

@@ -64,6 +64,13 @@ func OpenWithCredentials(ctx context.Context, dsn string, creds Credentials) (*D
 	// for the same reason: every time is a UTC parameter from the application's
 	// clock, never the server's NOW() or time_zone.
 	cfg.InterpolateParams = true
+	// A Pipe sends several statements in one round trip. Every text is the
+	// project's constant SQL and every argument is escaped by the driver,
+	// so no argument can add a statement. RDS Proxy does not pin a session
+	// for a multi-statement text (its pinning conditions are texts over
+	// 16 KB, prepared statements, session variables, locks and temporary
+	// tables).
+	cfg.MultiStatements = true
 	var connector driver.Connector
 	if creds == nil {
 		if connector, err = mysql.NewConnector(cfg); err != nil {

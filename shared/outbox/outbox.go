@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/mysql"
 )
 
 // Event is one event to append for a recipient. Seq and EventID are filled by
@@ -157,7 +158,7 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 // under epoch, the recipient's key_epoch read under a share lock that tx
 // still holds (identity.OpenSendGate): Append's INSERT without its
 // counter and epoch statements. It fills e.EventID when empty.
-func InsertTaken(ctx context.Context, tx *sql.Tx, e *Event, epoch int) error {
+func InsertTaken(ctx context.Context, tx mysql.Execer, e *Event, epoch int) error {
 	if e.EventID == "" {
 		e.EventID = NewEventID()
 	}

@@ -194,10 +194,11 @@ func TestRecipientsAreIndependent(t *testing.T) {
 
 const helperEnv = "MESH_TASKS_HELPER"
 
-// A writer process is SIGKILLed at the failpoint between its last insert
-// (outbox row included) and its commit: the server rolls it back, so there is
-// no message, no event and no seq gap; the client's retry with the same
-// message_id then succeeds, exactly once.
+// A writer process is SIGKILLed at the failpoint before its commit, holding
+// the recipient's counter, its rows (outbox row included) queued to travel
+// with the COMMIT: the server rolls it back, so there is no message, no
+// event and no seq gap; the client's retry with the same message_id then
+// succeeds, exactly once.
 func TestCrashBeforeCommitLeavesNoTrace(t *testing.T) {
 	f := newFixture(t)
 	f.agents(t, "alice", "bob")

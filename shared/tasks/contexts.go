@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
@@ -40,7 +41,7 @@ const (
 
 // registerContext records contextID as the two-party context of a and b
 // (a duplicate key error when it is taken).
-func registerContext(ctx context.Context, tx *sql.Tx, contextID, a, b string, now time.Time) error {
+func registerContext(ctx context.Context, tx identity.Querier, contextID, a, b string, now time.Time) error {
 	_, err := tx.ExecContext(ctx, insertContextSQL, contextID, min(a, b), max(a, b), now)
 	return err
 }
@@ -56,7 +57,7 @@ func errContextMismatch() error {
 // context, which it registers for them when it is new. A concurrent claim
 // of the same new id by another pair waits on the primary key and then
 // sees this one's row (a fresh locking read after the duplicate).
-func claimContext(ctx context.Context, tx *sql.Tx, contextID, a, b string, now time.Time) (string, error) {
+func claimContext(ctx context.Context, tx identity.Querier, contextID, a, b string, now time.Time) (string, error) {
 	var group string
 	err := tx.QueryRowContext(ctx, groupOfContextSQL, contextID).Scan(&group)
 	switch {

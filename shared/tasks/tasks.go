@@ -75,7 +75,8 @@ type Service struct {
 	// Failpoint, when set, is called with a point's name inside every write
 	// transaction; an error aborts (rolls back) the transaction. Only tests
 	// set it: "before_commit" runs after every row of the write, including
-	// the outbox rows, is written and before the commit.
+	// the outbox rows, is written, or queued to travel with the commit in a
+	// new task's pipe, and before the commit.
 	Failpoint func(ctx context.Context, name string) error
 	// TraceID returns the trace id of the invocation ctx belongs to, which
 	// the write's events carry; the adapter sets it from the tracing
@@ -90,7 +91,8 @@ func (s *Service) traceID(ctx context.Context) string {
 	return s.TraceID(ctx)
 }
 
-// FailpointBeforeCommit is the failpoint between the last insert and the commit.
+// FailpointBeforeCommit is the failpoint between the last insert and the
+// commit (a new task's pipe: before the round trip that carries both).
 const FailpointBeforeCommit = "before_commit"
 
 // WithDefaults fills unset limits and returns s. Every method calls it, so a

@@ -163,7 +163,7 @@ func (s *Service) startWrite(ctx context.Context, caller, clientID string, hashO
 // storedResponse reads the idempotency row of sender's messageID with query
 // (readIdemSQL or idemReadSQL): its stored response when the request hash
 // matches, errIDConflict when it does not, sql.ErrNoRows when there is none.
-func storedResponse(ctx context.Context, tx *sql.Tx, query, sender, messageID string, hash []byte) ([]byte, error) {
+func storedResponse(ctx context.Context, tx identity.Querier, query, sender, messageID string, hash []byte) ([]byte, error) {
 	var stored, response []byte
 	if err := tx.QueryRowContext(ctx, query, sender, messageID).Scan(&stored, &response); err != nil {
 		return nil, err
@@ -339,17 +339,19 @@ var (
 	errKeyTaken = errors.New("tasks: idempotency key taken")
 )
 
-// newTask is a send that opens a task, in as few round trips as it can
-// (START, 6 statements, COMMIT with a client message_id):
+// newTask is a send that opens a task, in as few round trips as it can: a
+// mysql.Pipe sends its 8 statements (with a client message_id) in 3.
 //
-//  1. identity.TakeRateBumping: the sender's rate token and the recipient's
-//     counter (the event's seq; the row stays locked until commit, so seqs
-//     are gapless and in commit order);
+//  1. START TRANSACTION and identity.TakeRateBumping: the sender's rate
+//     token and the recipient's counter (the event's seq; the row stays
+//     locked until commit, so seqs are gapless and in commit order);
 //  2. identity.OpenSendGate: the key's liveness, who may talk to whom (held
 //     by share locks), the recipient's key_epoch;
 //  3. the task (a context the server mints is the task's own id, which
 //     claimContext recognizes: no task_contexts row to write), its message,
-//     the outbox event, and the idempotency row with its final answer.
+//     the outbox event, the idempotency row with its final answer, and
+//     COMMIT. The server stops at the first failing statement, so a
+//     COMMIT never follows a failed insert.
 //
 // The stored answer of the message_id is read only when the send would
 // refuse (the stored answer or its conflict comes first, after the key's
@@ -368,7 +370,7 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 	var out SendResult
 	// stored answers with the replay (errReplay, out set) or conflict of a
 	// committed request with clientID, nil when there is none.
-	stored := func(tx *sql.Tx) error {
+	stored := func(tx identity.Querier) error {
 		resp, err := storedResponse(ctx, tx, idemReadSQL, caller, clientID, hash[:])
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -382,7 +384,7 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 		return errReplay
 	}
 	for attempt := 1; ; attempt++ {
-		err = s.DB.InTx(ctx, func(tx *sql.Tx) error {
+		err = s.DB.InPipe(ctx, func(tx *mysql.Pipe) error {
 			out = SendResult{}
 			w.now = s.Clock()
 			seq, err := identity.TakeRateBumping(ctx, tx, caller, keyID, req.To, w.now)
@@ -415,12 +417,9 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 				if err != nil {
 					return err
 				}
-				if _, err := tx.ExecContext(ctx, putIdemSQL, caller, clientID, hash[:], string(b), w.now); err != nil {
-					if mysql.IsDuplicate(err) {
-						return errKeyTaken
-					}
-					return err
-				}
+				// Sent with the commit: a key taken meanwhile fails it
+				// with a duplicate, answered below.
+				tx.Queue(putIdemSQL, caller, clientID, hash[:], string(b), w.now)
 			}
 			out = res
 			if s.Failpoint != nil {
@@ -438,10 +437,12 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 				return SendResult{}, false, err
 			}
 			return out, true, nil
-		case errors.Is(err, errKeyTaken) && attempt < maxSendAttempts:
+		case mysql.IsDuplicate(err) && attempt < maxSendAttempts:
+			// Of the inserts sent with the commit, only the idempotency
+			// key can be taken: the task's id is new and the seq locked.
 			continue
-		case errors.Is(err, errKeyTaken):
-			return SendResult{}, false, mesh.Internal(err)
+		case mysql.IsDuplicate(err):
+			return SendResult{}, false, mesh.Internal(errors.Join(errKeyTaken, err))
 		}
 		return SendResult{}, false, err
 	}
@@ -449,7 +450,7 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 
 // insertTask writes newTask's task, its first message and the outbox event
 // at seq, once gate allows it; a refusal is a *mesh.Error.
-func (s *Service) insertTask(ctx context.Context, tx *sql.Tx, w writeCtx, req SendRequest, parts json.RawMessage, gate identity.SendGate, seq int64) (SendResult, error) {
+func (s *Service) insertTask(ctx context.Context, tx *mysql.Pipe, w writeCtx, req SendRequest, parts json.RawMessage, gate identity.SendGate, seq int64) (SendResult, error) {
 	if !gate.Reachable {
 		return SendResult{}, mesh.ErrNotReachable
 	}
@@ -465,19 +466,16 @@ func (s *Service) insertTask(ctx context.Context, tx *sql.Tx, w writeCtx, req Se
 			return SendResult{}, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now); err != nil {
-		return SendResult{}, err
-	}
-	if _, err := tx.ExecContext(ctx, insertMessageSQL, t.TaskID, w.messageID, w.caller, string(parts), w.now); err != nil {
-		return SendResult{}, err
-	}
+	// The three rows travel with the commit; their errors are its.
+	tx.Queue(insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now)
+	tx.Queue(insertMessageSQL, t.TaskID, w.messageID, w.caller, string(parts), w.now)
 	msg := EventMessage{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
 	ev, err := w.event(mesh.EventMessage, req.To, t, MessageBody{Message: msg, Task: ref(t)})
 	if err != nil {
 		return SendResult{}, err
 	}
 	ev.Seq = seq
-	if err := outbox.InsertTaken(ctx, tx, &ev, gate.ToEpoch); err != nil {
+	if err := outbox.InsertTaken(ctx, tx.Queued(), &ev, gate.ToEpoch); err != nil {
 		return SendResult{}, err
 	}
 	return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
