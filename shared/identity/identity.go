@@ -53,6 +53,8 @@ type Service struct {
 	// connections those keys opened. It must not fail the revocation, so it
 	// returns nothing; the push janitor catches whatever it misses.
 	OnKeysRevoked func(ctx context.Context, keyIDs []string)
+
+	verified verifiedTokens
 }
 
 // keysRevoked runs the OnKeysRevoked hook, if any, for keyIDs.

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,6 +177,68 @@ func TestParseAPIKey(t *testing.T) {
 		_, k2, _ := NewAPIKey()
 		if k2 == key {
 			t.Fatal("same key twice")
+		}
+	})
+}
+
+func TestAVerifiedTokenIsRememberedOnlyWhileItIsValid(t *testing.T) {
+	now := time.Date(2026, 3, 12, 10, 0, 0, 0, time.UTC)
+	at := now
+	s := &Service{JWTKeys: testJWTKeys, TokenTTL: time.Hour, Clock: func() time.Time { return at }}
+	good, err := s.sign("alice", "AAAAAAAAAAAA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(good, ".")
+	verify := func(tok string, when time.Time) error {
+		at = when
+		_, err := s.verifyToken(tok)
+		return err
+	}
+	steps := []struct {
+		name  string
+		token string
+		at    time.Time
+		ok    bool
+	}{
+		{"the first verification remembers the token", good, now, true},
+		{"the remembered token is valid one second before it expires", good, now.Add(time.Hour - time.Second), true},
+		{"a tampered signature is refused though the token is remembered", parts[0] + "." + parts[1] + "." + strings.Repeat("A", len(parts[2])), now, false},
+		{"the remembered token is refused once it expires", good, now.Add(time.Hour + time.Second), false},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if err := verify(st.token, st.at); (err == nil) != st.ok {
+				t.Fatalf("verify: %v, want ok=%v", err, st.ok)
+			}
+		})
+	}
+
+	t.Run("a remembered token is answered without verifying its signature again", func(t *testing.T) {
+		fresh := &Service{JWTKeys: testJWTKeys, TokenTTL: time.Hour, Clock: func() time.Time { return now }}
+		if _, err := fresh.verifyToken(good); err != nil {
+			t.Fatal(err)
+		}
+		// With no key left to verify a signature, only the memory answers.
+		fresh.JWTKeys = nil
+		if got, err := fresh.verifyToken(good); err != nil || got.Subject != "alice" {
+			t.Fatalf("a remembered token was verified again: %v", err)
+		}
+	})
+
+	t.Run("the memory holds at most maxVerifiedTokens tokens", func(t *testing.T) {
+		full := &Service{JWTKeys: testJWTKeys, TokenTTL: time.Hour, Clock: func() time.Time { return now }}
+		for i := range maxVerifiedTokens + 10 {
+			tok, err := full.sign(fmt.Sprintf("agent-%d", i), "AAAAAAAAAAAA")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := full.verifyToken(tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(full.verified.m); n > maxVerifiedTokens {
+			t.Fatalf("%d tokens remembered, bound %d", n, maxVerifiedTokens)
 		}
 	})
 }
