@@ -19,6 +19,14 @@ func jwtService(keys []config.JWTKey, now time.Time) *Service {
 	return &Service{JWTKeys: keys, TokenTTL: time.Hour, Clock: func() time.Time { return now }}
 }
 
+// tokenCase is a token to verify at a time, and whether it is accepted.
+type tokenCase struct {
+	name  string
+	token string
+	at    time.Time
+	ok    bool
+}
+
 func encodeSegment(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 func TestVerifyToken(t *testing.T) {
@@ -66,12 +74,7 @@ func TestVerifyToken(t *testing.T) {
 	beyondTTL := valid
 	beyondTTL.ExpiresAt = jwt.NewNumericDate(now.Add(time.Hour + 2*time.Minute))
 
-	cases := []struct {
-		name  string
-		token string
-		at    time.Time
-		ok    bool
-	}{
+	cases := []tokenCase{
 		{"a fresh token signed by the first key verifies", good, now, true},
 		{"a token is still valid one second before it expires", good, now.Add(time.Hour - time.Second), true},
 		{"a token signed by the second (previous) key verifies", byOldKey, now, true},
@@ -195,12 +198,7 @@ func TestAVerifiedTokenIsRememberedOnlyWhileItIsValid(t *testing.T) {
 		_, err := s.verifyToken(tok)
 		return err
 	}
-	steps := []struct {
-		name  string
-		token string
-		at    time.Time
-		ok    bool
-	}{
+	steps := []tokenCase{
 		{"the first verification remembers the token", good, now, true},
 		{"the remembered token is valid one second before it expires", good, now.Add(time.Hour - time.Second), true},
 		{"a tampered signature is refused though the token is remembered", parts[0] + "." + parts[1] + "." + strings.Repeat("A", len(parts[2])), now, false},

@@ -103,15 +103,21 @@ var txRetry = backoff.Policy{Base: 10 * time.Millisecond, Max: 160 * time.Millis
 // do all its reads inside tx and have no effects outside it. Any error from fn
 // rolls back and is returned as is.
 func (db *DB) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return retryDeadlocks(ctx, func() error { return db.runTx(ctx, fn) })
+}
+
+// retryDeadlocks runs one transaction attempt until it ends in anything but
+// a deadlock or lock-wait timeout, at most maxTxAttempts times.
+func retryDeadlocks(ctx context.Context, attempt func() error) error {
 	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		if attempt > 0 {
+	for n := 0; n < maxTxAttempts; n++ {
+		if n > 0 {
 			// Jittered so two retried transactions do not collide again.
-			if !backoff.Wait(ctx, txRetry.Delay(attempt)) {
+			if !backoff.Wait(ctx, txRetry.Delay(n)) {
 				return ctx.Err()
 			}
 		}
-		err = db.runTx(ctx, fn)
+		err = attempt()
 		if !IsRetryable(err) {
 			return err
 		}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"strings"
 	"time"
-
-	"github.com/agentmesh/agentmesh/shared/backoff"
 )
 
 // Pipe is a transaction on one connection whose statements share round
@@ -179,19 +177,7 @@ func (p *Pipe) rollback() {
 // inside p and have no effects outside it. Any error from fn rolls back and
 // is returned as is.
 func (db *DB) InPipe(ctx context.Context, fn func(p *Pipe) error) error {
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		if attempt > 0 {
-			if !backoff.Wait(ctx, txRetry.Delay(attempt)) {
-				return ctx.Err()
-			}
-		}
-		err = db.runPipe(ctx, fn)
-		if !IsRetryable(err) {
-			return err
-		}
-	}
-	return err
+	return retryDeadlocks(ctx, func() error { return db.runPipe(ctx, fn) })
 }
 
 func (db *DB) runPipe(ctx context.Context, fn func(p *Pipe) error) (err error) {
