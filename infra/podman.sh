@@ -187,14 +187,28 @@ start_forwarder() {
   ip -4 addr show 2>/dev/null | grep -qF "inet $gw/" ||
     podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" sh -c : >/dev/null 2>&1 ||
     die "cannot run a container ($(podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" sh -c : 2>&1 | tail -1)); see $DIR/service.log"
-  setsid socat "$want" "TCP:$target" >"$DIR/forward.log" 2>&1 </dev/null 9>&- &
-  echo $! >"$FORWARD_PID"
-  for _ in $(seq 50); do
-    (exec 3<>"/dev/tcp/$gw/$port") 2>/dev/null && { say "MariaDB ($target) reachable from containers at host.containers.internal:$port"; return 0; }
-    alive "$FORWARD_PID" socat || break
-    sleep 0.1
+  # Started again once when it does not answer, saying why: one fresh-clone
+  # CI run saw it fail right after a slow first start of the service, and
+  # its log went with the clone.
+  local attempt why=""
+  for attempt in 1 2; do
+    setsid socat "$want" "TCP:$target" >"$DIR/forward.log" 2>&1 </dev/null 9>&- &
+    echo $! >"$FORWARD_PID"
+    for _ in $(seq 50); do
+      (exec 3<>"/dev/tcp/$gw/$port") 2>/dev/null && { say "MariaDB ($target) reachable from containers at host.containers.internal:$port"; return 0; }
+      alive "$FORWARD_PID" socat || break
+      sleep 0.1
+    done
+    if alive "$FORWARD_PID" socat; then
+      why="no connection to $gw:$port in 5 s"
+      kill "$(<"$FORWARD_PID")" 2>/dev/null || true
+    else
+      why="socat exited: $(tail -3 "$DIR/forward.log" 2>/dev/null | tr '\n' ' ')"
+    fi
+    why="$why; $(ip -4 addr show 2>/dev/null | grep -F "inet $gw/" >/dev/null && echo "$gw is up" || echo "no interface holds $gw")"
+    say "the MariaDB forwarder did not start (attempt $attempt: $why)"
   done
-  die "the MariaDB forwarder did not start on $gw:$port; see $DIR/forward.log"
+  die "the MariaDB forwarder did not start on $gw:$port ($why); see $DIR/forward.log"
 }
 
 write_env_file() {
