@@ -24,8 +24,8 @@ if [[ ! -f $STAMP ]]; then
   echo "aws-tools: installing ${PKGS[*]} into $VENV (first run only, about a minute)…" >&2
   rm -rf "$VENV"
   python3 -m venv "$VENV" >&2 || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  "$VENV/bin/pip" install -q --disable-pip-version-check "${PKGS[@]}" >"$STATE/venv-aws-install.log" 2>&1 \
-    || { echo "pip install failed; see $STATE/venv-aws-install.log" >&2; exit 1; }
+  timeout --kill-after=10 900 "$VENV/bin/pip" install -q --disable-pip-version-check "${PKGS[@]}" >"$STATE/venv-aws-install.log" 2>&1 \
+    || { echo "pip install failed or took over 15 minutes: $(tail -2 "$STATE/venv-aws-install.log" | tr '\n' ' ')" >&2; exit 1; }
   touch "$STAMP"
 fi
 echo "$VENV/bin"

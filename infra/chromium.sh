@@ -27,6 +27,6 @@ if ! apt-cache show chromium >/dev/null 2>&1; then
   apt-get update -qq >"$STATE_DIR/chromium-apt.log" 2>&1 || { echo "chromium: apt-get update failed; see $STATE_DIR/chromium-apt.log" >&2; exit 1; }
 fi
 rc=0
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$STATE_DIR/chromium-apt.log" 2>&1 || rc=$?
+DEBIAN_FRONTEND=noninteractive timeout --kill-after=10 900 apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >>"$STATE_DIR/chromium-apt.log" 2>&1 || rc=$?
 [[ $rc == 0 ]] || { echo "chromium: apt-get install chromium failed (exit $rc); see $STATE_DIR/chromium-apt.log" >&2; exit 1; }
 find_chromium || { echo "chromium: still missing after apt-get install" >&2; exit 1; }

@@ -20,8 +20,8 @@ if [[ ! -f $STAMP ]]; then
   echo "lint: installing aws-sam-cli $SAM_VERSION (with cfn-lint) into $VENV (first run only, about a minute)…"
   rm -rf "$VENV"
   python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  "$VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_VERSION" >"$STATE/venv-install.log" 2>&1 \
-    || { echo "pip install failed; see $STATE/venv-install.log" >&2; exit 1; }
+  timeout --kill-after=10 900 "$VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_VERSION" >"$STATE/venv-install.log" 2>&1 \
+    || { echo "pip install failed or took over 15 minutes: $(tail -2 "$STATE/venv-install.log" | tr '\n' ' ')" >&2; exit 1; }
   touch "$STAMP"
 fi
 

@@ -69,7 +69,7 @@ install_server() {
     printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && added_policy=1
   fi
   local rc=0
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >"$STATE_DIR/mariadb-apt.log" 2>&1 || rc=$?
+  DEBIAN_FRONTEND=noninteractive timeout --kill-after=10 900 apt-get install -y -qq mariadb-server >"$STATE_DIR/mariadb-apt.log" 2>&1 || rc=$?
   [[ $added_policy == 1 ]] && rm -f "$policy"
   [[ $rc == 0 ]] || die "apt-get install mariadb-server failed (exit $rc); see $STATE_DIR/mariadb-apt.log"
   # Belt and braces: if a system server got started anyway, stop and disable it so

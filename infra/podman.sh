@@ -44,12 +44,35 @@ export CONTAINERS_CONF="$DIR/containers.conf" CONTAINERS_STORAGE_CONF="$DIR/stor
 say() { echo "podman: $*"; }
 die() { echo "podman: $*" >&2; exit 1; }
 
+# bounded SECONDS CMD...: CMD, killed after SECONDS (status 124). Every
+# client call and install step goes through it: a CI run once hung in `up`
+# without a word until the job's own limit, an hour later.
+bounded() {
+  local secs=$1
+  shift
+  timeout --kill-after=10 "$secs" "$@"
+}
+
+# pc ARGS...: a podman client call on our socket, bounded.
+pc() { bounded "${PODMAN_CALL_TIMEOUT:-120}" podman --url "unix://$SOCK" "$@"; }
+
 # alive PIDFILE NEEDLE: the process of PIDFILE runs and its command line
 # contains NEEDLE (a reused pid is not ours).
 alive() {
   local pid
   [[ -f $1 ]] && pid=$(<"$1") && [[ -r /proc/$pid/cmdline ]] &&
     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$2"
+}
+
+# running PID: PID (a child just started) has not exited. Not alive's
+# command-line check: until the child has exec'd, its command line is still
+# this script's, and the start loops below took that for an early exit. A
+# child that exited is a zombie until waited for, hence the state field.
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
 }
 
 # write_if_changed FILE: stdin to FILE only when it differs (up stays a no-op).
@@ -60,7 +83,7 @@ write_if_changed() {
   if cmp -s "$tmp" "$1" 2>/dev/null; then rm -f "$tmp"; else mv "$tmp" "$1"; say "wrote ${1#"$ROOT"/}"; fi
 }
 
-engine_ok() { [[ -S $SOCK ]] && alive "$SERVICE_PID" "$SOCK" && podman --url "unix://$SOCK" version >/dev/null 2>&1; }
+engine_ok() { [[ -S $SOCK ]] && alive "$SERVICE_PID" "$SOCK" && bounded 10 podman --url "unix://$SOCK" version >/dev/null 2>&1; }
 
 install_packages() {
   local missing=()
@@ -72,8 +95,11 @@ install_packages() {
   ((${#missing[@]} == 0)) && return 0
   [[ $(id -u) -eq 0 ]] || die "missing ${missing[*]}: install them (apt-get install ${missing[*]}) or run as root"
   say "installing ${missing[*]} from Debian (first run only)…"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$DIR/apt.log" 2>&1 ||
-    die "apt-get install ${missing[*]} failed; see $DIR/apt.log"
+  local status=0
+  DEBIAN_FRONTEND=noninteractive bounded 900 apt-get install -y --no-install-recommends "${missing[@]}" >"$DIR/apt.log" 2>&1 ||
+    status=$?
+  ((status == 124)) && die "apt-get install ${missing[*]} did not finish in 15 minutes: $(tail -2 "$DIR/apt.log" | tr '\n' ' ')"
+  ((status == 0)) || die "apt-get install ${missing[*]} failed: $(tail -2 "$DIR/apt.log" | tr '\n' ' ')"
 }
 
 write_config() {
@@ -102,7 +128,7 @@ EOF
 
 start_service() {
   engine_ok && return 0
-  local attempt pid status why=""
+  local attempt pid status deadline why=""
   # A service that exits at once is started again (twice at most), saying
   # how it ended: one CI run saw it end without a word, and the next start
   # worked.
@@ -112,15 +138,19 @@ start_service() {
     setsid podman system service --time=0 "unix://$SOCK" >"$DIR/service.log" 2>&1 </dev/null 9>&- &
     pid=$!
     echo "$pid" >"$SERVICE_PID"
-    # A first start on a new store can take tens of seconds.
-    for _ in $(seq 300); do
+    # A first start on a new store can take tens of seconds. A deadline,
+    # not a count: each probe is bounded, but may take its whole bound.
+    deadline=$((SECONDS + 60))
+    while ((SECONDS < deadline)); do
       engine_ok && return 0
-      alive "$SERVICE_PID" "$SOCK" || break
+      running "$pid" || break
       sleep 0.2
     done
-    if alive "$SERVICE_PID" "$SOCK"; then
-      why="no answer on $SOCK in 60 s"
-      kill "$pid" 2>/dev/null || true
+    if running "$pid"; then
+      why="no answer on $SOCK in 60 s; its log ends: $(tail -3 "$DIR/service.log" 2>/dev/null | tr '\n' ' ')"
+      # Its whole session (setsid): a child left behind could hold the store's
+      # locks, and the next start would wait on them.
+      kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
     else
       status=0
       wait "$pid" 2>/dev/null || status=$?
@@ -148,12 +178,12 @@ COPY rootfs/ /
 ENV PATH=/usr/local/bin:/usr/bin:/bin LAMBDA_TASK_ROOT=/var/task LAMBDA_RUNTIME_DIR=/var/runtime
 WORKDIR /var/task'
   hash=$( (echo "$recipe"; cd "$ctx" && find rootfs -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)
-  if [[ $(podman --url "unix://$SOCK" image inspect --format '{{index .Labels "org.agentmesh.recipe"}}' "$BASE_IMAGE" 2>/dev/null) == "$hash" ]]; then
+  if [[ $(pc image inspect --format '{{index .Labels "org.agentmesh.recipe"}}' "$BASE_IMAGE" 2>/dev/null) == "$hash" ]]; then
     return 0
   fi
   printf '%s\nLABEL org.agentmesh.recipe=%s\n' "$recipe" "$hash" >"$ctx/Containerfile"
   say "building $BASE_IMAGE from local files…"
-  podman --url "unix://$SOCK" build -q -t "$BASE_IMAGE" "$ctx" >"$DIR/build.log" 2>&1 || die "image build failed; see $DIR/build.log"
+  PODMAN_CALL_TIMEOUT=600 pc build -q -t "$BASE_IMAGE" "$ctx" >"$DIR/build.log" 2>&1 || die "image build failed (status $?): $(tail -2 "$DIR/build.log" | tr '\n' ' ')"
 }
 
 # MariaDB as the tests and meshlocal reach it: MYSQL_DSN's address, else
@@ -174,7 +204,7 @@ mariadb_addr() {
 # the bridge's gateway. A forwarder there relays to MariaDB's address, so
 # the server still sees 127.0.0.1 and the mesh@127.0.0.1 grant holds.
 host_ip() {
-  podman --url "unix://$SOCK" network inspect podman --format '{{range .Subnets}}{{.Gateway}}{{end}}' 2>/dev/null
+  pc network inspect podman --format '{{range .Subnets}}{{.Gateway}}{{end}}' 2>/dev/null
 }
 
 start_forwarder() {
@@ -185,23 +215,25 @@ start_forwarder() {
   # The bridge appears with the first container; one throwaway run (of the
   # image's own shell: it has no `true`) makes it.
   ip -4 addr show 2>/dev/null | grep -qF "inet $gw/" ||
-    podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" sh -c : >/dev/null 2>&1 ||
-    die "cannot run a container ($(podman --url "unix://$SOCK" run --rm "$BASE_IMAGE" sh -c : 2>&1 | tail -1)); see $DIR/service.log"
+    PODMAN_CALL_TIMEOUT=300 pc run --rm "$BASE_IMAGE" sh -c : >/dev/null 2>&1 ||
+    die "cannot run a container ($(pc run --rm "$BASE_IMAGE" sh -c : 2>&1 | tail -1); the service's log ends: $(tail -3 "$DIR/service.log" 2>/dev/null | tr '\n' ' '))"
   # Started again once when it does not answer, saying why: one fresh-clone
   # CI run saw it fail right after a slow first start of the service, and
   # its log went with the clone.
-  local attempt why=""
+  local attempt deadline pid why=""
   for attempt in 1 2; do
     setsid socat "$want" "TCP:$target" >"$DIR/forward.log" 2>&1 </dev/null 9>&- &
-    echo $! >"$FORWARD_PID"
-    for _ in $(seq 50); do
-      (exec 3<>"/dev/tcp/$gw/$port") 2>/dev/null && { say "MariaDB ($target) reachable from containers at host.containers.internal:$port"; return 0; }
-      alive "$FORWARD_PID" socat || break
+    pid=$!
+    echo "$pid" >"$FORWARD_PID"
+    deadline=$((SECONDS + 5))
+    while ((SECONDS < deadline)); do
+      bounded 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$gw" "$port" 2>/dev/null && { say "MariaDB ($target) reachable from containers at host.containers.internal:$port"; return 0; }
+      running "$pid" || break
       sleep 0.1
     done
-    if alive "$FORWARD_PID" socat; then
+    if running "$pid"; then
       why="no connection to $gw:$port in 5 s"
-      kill "$(<"$FORWARD_PID")" 2>/dev/null || true
+      kill "$pid" 2>/dev/null || true
     else
       why="socat exited: $(tail -3 "$DIR/forward.log" 2>/dev/null | tr '\n' ' ')"
     fi
@@ -217,7 +249,7 @@ write_env_file() {
   dsn=$(sed -E "s/@tcp\([^)]*\)/@tcp(host.containers.internal:$port)/" <<<"$dsn")
   local vars
   # meshlocal's keys (make run), so one admin key and one meshd config serve both.
-  vars=$(cd "$ROOT" && go run ./cmd/samlocal env -dsn "$dsn" -secrets "$STATE/meshlocal/secrets.json") ||
+  vars=$(cd "$ROOT" && bounded 600 go run ./cmd/samlocal env -dsn "$dsn" -secrets "$STATE/meshlocal/secrets.json") ||
     die "cannot write $ENV_FILE (go run ./cmd/samlocal env failed)"
   printf '%s\n' "$vars" | write_if_changed "$ENV_FILE"
   chmod 600 "$ENV_FILE"
@@ -227,7 +259,7 @@ cmd_up() {
   [[ -n $ARCH ]] || die "unsupported host architecture $(uname -m)"
   mkdir -p "$DIR"
   exec 9>"$DIR/lock"
-  flock 9
+  flock -w 900 9 || die "another infra/podman.sh up has held $DIR/lock for 15 minutes"
   install_packages
   write_config
   start_service
@@ -259,7 +291,7 @@ cmd_down() {
   # `rm -rf` of a checkout works. Nothing outside $DIR is touched.
   local m
   while read -r m; do
-    [[ $m == "$DIR"/* ]] && umount "$m" 2>/dev/null || true
+    [[ $m == "$DIR"/* ]] && bounded 10 umount "$m" 2>/dev/null || true
   done < <(awk '{print $5}' /proc/self/mountinfo | sort -r)
   ((stopped)) && say "stopped the service and forwarder this script started" || say "nothing of ours was running"
 }

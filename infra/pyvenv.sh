@@ -23,7 +23,7 @@ pyvenv_install() {
   echo "$label: installing $(grep -E "^($names)==" "$requirements" | paste -sd' ') into $venv (first run only)…"
   rm -rf "$venv"
   python3 -m venv "$venv" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" >"$log" 2>&1 \
-    || { echo "pip install failed; see $log" >&2; exit 1; }
+  timeout --kill-after=10 900 "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" >"$log" 2>&1 \
+    || { echo "pip install failed or took over 15 minutes: $(tail -2 "$log" | tr '\n' ' ')" >&2; exit 1; }
   touch "$stamp"
 }

@@ -18,8 +18,10 @@ if [[ ! -f $VENV/.installed-$SAM_VERSION ]]; then
     echo "sam-cli: installing aws-sam-cli $SAM_VERSION into $VENV (first run only, about a minute)…" >&2
     rm -rf "$VENV"
     python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-    "$VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_VERSION" >"$STATE/venv-install.log" 2>&1 ||
-      { echo "pip install failed; see $STATE/venv-install.log" >&2; exit 1; }
+    # Bounded, as every install step of infra/: pip's own timeouts are per
+    # read, and a trickling mirror could hold it for ever.
+    timeout --kill-after=10 900 "$VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_VERSION" >"$STATE/venv-install.log" 2>&1 ||
+      { echo "pip install of aws-sam-cli $SAM_VERSION failed or took over 15 minutes: $(tail -2 "$STATE/venv-install.log" | tr '\n' ' ')" >&2; exit 1; }
     touch "$VENV/.installed-$SAM_VERSION"
   fi
 fi

@@ -16,11 +16,15 @@ trap stop EXIT
 if ! infra/podman.sh status >/dev/null 2>&1; then
   # Ours from here: a failed up stops what it had started.
   started=1
-  if out=$(infra/podman.sh up 2>&1); then
-    echo "$out"
-  else
-    echo "$out" >&2
-    reason=$(tail -1 <<<"$out")
+  # Its progress is shown as it goes (a CI run once stood silent here for an
+  # hour), and the whole `up` is bounded.
+  log=$(mktemp)
+  status=0
+  timeout --kill-after=10 1500 infra/podman.sh up 2>&1 | tee "$log" || status=$?
+  reason=$(tail -1 "$log")
+  rm -f "$log"
+  ((status != 124)) || reason="infra/podman.sh up did not finish in 25 minutes; its last words: $reason"
+  if ((status != 0)); then
     if [[ -n ${CI:-} ]]; then
       echo "sam tier: FAILED: Podman cannot run on this machine ($reason); under CI the tier must run" >&2
       exit 1
