@@ -120,6 +120,11 @@ func TestReport(t *testing.T) {
 	if !*report {
 		name = "report-scale.md"
 	}
+	// The figures took minutes: a missing -out directory is made, not
+	// a reason to lose them.
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.write(t, filepath.Join(*outDir, name)); err != nil {
 		t.Fatal(err)
 	}

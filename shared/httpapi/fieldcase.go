@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // encoding/json matches object keys to struct fields without regard to
@@ -55,7 +56,7 @@ func walkFields(dec *json.Decoder, t reflect.Type) (string, error) {
 			}
 		}
 	case d == '{' && t.Kind() == reflect.Struct:
-		fields := jsonFields(t, nil)
+		fields := fieldsOf(t)
 		for dec.More() {
 			tok, err := dec.Token()
 			if err != nil {
@@ -84,6 +85,20 @@ func walkFields(dec *json.Decoder, t reflect.Type) (string, error) {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return "", err
+}
+
+// fieldCache holds jsonFields per struct type: request types are few and
+// fixed, and the map was rebuilt for every object of every request body.
+var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
+
+// fieldsOf is jsonFields(t), built once per type. The maps are shared:
+// read only.
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
+	f, _ := fieldCache.LoadOrStore(t, jsonFields(t, nil))
+	return f.(map[string]reflect.Type)
 }
 
 // jsonFields maps the JSON names of t's fields (embedded structs
