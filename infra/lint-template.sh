@@ -12,18 +12,11 @@ VENV="$STATE/venv"
 # Pinned so a new release cannot turn CI red overnight. cfn-lint comes with
 # aws-sam-cli (sam validate --lint runs it), at the version SAM pins.
 SAM_VERSION="1.150.1"
-STAMP="$VENV/.installed-$SAM_VERSION"
 
 command -v python3 >/dev/null || { echo "python3 not found: install python3 and python3-venv" >&2; exit 1; }
-
-if [[ ! -f $STAMP ]]; then
-  echo "lint: installing aws-sam-cli $SAM_VERSION (with cfn-lint) into $VENV (first run only, about a minute)…"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || { echo "cannot create a virtualenv: install python3-venv" >&2; exit 1; }
-  timeout --kill-after=10 900 "$VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_VERSION" >"$STATE/venv-install.log" 2>&1 \
-    || { echo "pip install failed or took over 15 minutes: $(tail -2 "$STATE/venv-install.log" | tr '\n' ' ')" >&2; exit 1; }
-  touch "$STAMP"
-fi
+# One installer of that pin into $VENV, shared with the SAM tier (it locks,
+# so two callers do not install at once).
+"$ROOT/infra/sam-cli.sh" >/dev/null
 
 cd "$ROOT"
 # The app stack and the platform stack it deploys onto (docs/deploy.md).
