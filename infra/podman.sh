@@ -129,9 +129,10 @@ EOF
 start_service() {
   engine_ok && return 0
   local attempt pid status deadline why=""
-  # A service that exits at once is started again (twice at most), saying
-  # how it ended: one CI run saw it end without a word, and the next start
-  # worked.
+  # A service that exits or does not answer is started again (twice at
+  # most), saying how it ended. The failures CI saw were most likely the
+  # start race that running() fixes; the retries stay for a slow or
+  # unlucky start.
   for attempt in 1 2 3; do
     rm -f "$SOCK"
     say "starting podman system service on $SOCK…"
@@ -217,9 +218,9 @@ start_forwarder() {
   ip -4 addr show 2>/dev/null | grep -qF "inet $gw/" ||
     PODMAN_CALL_TIMEOUT=300 pc run --rm "$BASE_IMAGE" sh -c : >/dev/null 2>&1 ||
     die "cannot run a container ($(pc run --rm "$BASE_IMAGE" sh -c : 2>&1 | tail -1); the service's log ends: $(tail -3 "$DIR/service.log" 2>/dev/null | tr '\n' ' '))"
-  # Started again once when it does not answer, saying why: one fresh-clone
-  # CI run saw it fail right after a slow first start of the service, and
-  # its log went with the clone.
+  # Started again once when it does not answer, saying why (CI deletes the
+  # clone and its logs). The failure a fresh-clone rehearsal saw was most
+  # likely the start race that running() fixes.
   local attempt deadline pid why=""
   for attempt in 1 2; do
     setsid socat "$want" "TCP:$target" >"$DIR/forward.log" 2>&1 </dev/null 9>&- &
