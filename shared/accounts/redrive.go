@@ -146,7 +146,8 @@ func (s *Service) Redrive(ctx context.Context, by identity.Actor, recipient stri
 			if n == 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'pending', sent_at = NULL WHERE recipient = ? AND delivery = 'failed'", r); err != nil {
+			// sent_at goes back to a pending row's placeholder (outbox.Append).
+			if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'pending', sent_at = occurred_at WHERE recipient = ? AND delivery = 'failed'", r); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, "UPDATE dispatch_state SET attempts = 0, last_error = NULL, next_attempt_at = ? WHERE recipient = ?", now, r); err != nil {

@@ -42,7 +42,9 @@ type Janitor struct {
 // oldest entry, read no table rows (the primary key id is in the index) and
 // lock nothing. The delete then locks exactly the chosen rows by primary key,
 // re-checking the conditions, so it takes no gap locks that would stall the
-// dispatcher marking new rows sent.
+// dispatcher marking new rows sent. A pending row's sent_at is only a
+// placeholder (its occurred_at, see insertEventsSQL): the delivery
+// conditions are what keep it.
 const (
 	oldSentSQL     = `SELECT id FROM outbox_events WHERE delivery = 'sent' AND sent_at < ? ORDER BY sent_at LIMIT ?`
 	oldFailedSQL   = `SELECT id FROM outbox_events WHERE delivery = 'failed' AND sent_at < ? ORDER BY sent_at LIMIT ?`

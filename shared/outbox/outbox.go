@@ -65,10 +65,15 @@ WHERE recipient IN (?) ORDER BY recipient`
 	// retired key. Only single-agent transactions (heartbeat, key rotation,
 	// friend requests) lock agents rows exclusively, and none of them goes on
 	// to lock a counter, so waiting here cannot close a cycle.
-	readEpochsSQL   = `SELECT agent_id, key_epoch FROM agents WHERE agent_id IN (?) LOCK IN SHARE MODE`
+	readEpochsSQL = `SELECT agent_id, key_epoch FROM agents WHERE agent_id IN (?) LOCK IN SHARE MODE`
+	// A pending event's sent_at holds its occurred_at, a placeholder of the
+	// settle time's size: the dispatcher's settle then overwrites the value
+	// in place, where a NULL made every settled row grow and move within its
+	// page, which doubled the settle's time (bench/report.md, relay).
+	// Nothing reads a pending row's sent_at.
 	insertEventsSQL = `INSERT INTO outbox_events
-(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at, sent_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	maxCounterChunk = 500
 )
 
@@ -144,7 +149,7 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 				trace = e.TraceID
 			}
 			args = append(args, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
-				e.MessageID, epochs[e.To], string(e.Body), trace, e.OccurredAt)
+				e.MessageID, epochs[e.To], string(e.Body), trace, e.OccurredAt, e.OccurredAt)
 		}
 		if _, err := tx.ExecContext(ctx, expand(insertEventsSQL, len(chunk)), args...); err != nil {
 			return fmt.Errorf("outbox: insert: %w", err)
@@ -170,7 +175,7 @@ func InsertTaken(ctx context.Context, tx mysql.Execer, e *Event, epoch int) erro
 		trace = e.TraceID
 	}
 	if _, err := tx.ExecContext(ctx, insertEventsSQL, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
-		e.MessageID, epoch, string(e.Body), trace, e.OccurredAt); err != nil {
+		e.MessageID, epoch, string(e.Body), trace, e.OccurredAt, e.OccurredAt); err != nil {
 		return fmt.Errorf("outbox: insert: %w", err)
 	}
 	return nil
