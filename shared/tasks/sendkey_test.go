@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,14 +145,21 @@ func TestASendThatLosesItsMessageIDToAConcurrentWriterAnswersFromTheWinner(t *te
 	}()
 	// The signal: the send waits on the winner's key (InnoDB reports it;
 	// only this test's database counts).
-	tick := time.NewTicker(5 * time.Millisecond)
+	// The wait gives up before ctx ends, so the sessions it then lists
+	// are still in whatever held the send.
+	wait, stop := context.WithTimeout(ctx, raceDeadline-15*time.Second)
+	defer stop()
+	// InnoDB refreshes what INNODB_TRX shows only when it was last read
+	// more than 100 ms ago: polled faster, it kept showing the moment
+	// before the send arrived, and the wait never came.
+	tick := time.NewTicker(150 * time.Millisecond)
 	defer tick.Stop()
 	for waiting := 0; waiting == 0; {
 		select {
 		case err := <-done:
 			t.Fatalf("the send ended before meeting the winner's key: %v", err)
-		case <-ctx.Done():
-			t.Fatal("the send never waited on the winner's key")
+		case <-wait.Done():
+			t.Fatalf("the send never waited on the winner's key; the test database's sessions:\n%s", sessions(f.db))
 		case <-tick.C:
 		}
 		if err := f.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
@@ -228,4 +237,33 @@ func TestTwoGroupMatesWhoAreNotFriendsMayStartATask(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sessions describes the sessions of db's database (command, seconds,
+// state, transaction state, statement), so a wait that never came says what
+// the session was doing instead. PROCESSLIST is live; the transaction state
+// is INNODB_TRX's and may be up to its last refresh old.
+func sessions(db *mysql.DB) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT p.ID, p.COMMAND, p.TIME, COALESCE(p.STATE, ''), COALESCE(t.trx_state, '-'), COALESCE(LEFT(p.INFO, 160), '')
+FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID
+WHERE p.DB = DATABASE() ORDER BY p.ID`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, secs int64
+		var cmd, state, trx, info string
+		if err := rows.Scan(&id, &cmd, &secs, &state, &trx, &info); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  %d %s %ds state=%q trx=%s: %s\n", id, cmd, secs, state, trx, info)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
