@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/identity/identitytest"
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
 )
@@ -159,7 +159,7 @@ func TestASendThatLosesItsMessageIDToAConcurrentWriterAnswersFromTheWinner(t *te
 		case err := <-done:
 			t.Fatalf("the send ended before meeting the winner's key: %v", err)
 		case <-wait.Done():
-			t.Fatalf("the send never waited on the winner's key; the test database's sessions:\n%s", sessions(f.db))
+			t.Fatalf("the send never waited on the winner's key; the test database's sessions:\n%s", sessions(t, f.db))
 		case <-tick.C:
 		}
 		if err := f.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
@@ -239,31 +239,12 @@ func TestTwoGroupMatesWhoAreNotFriendsMayStartATask(t *testing.T) {
 	}
 }
 
-// sessions describes the sessions of db's database (command, seconds,
+// sessions lists the sessions of db's database (id, command, seconds,
 // state, transaction state, statement), so a wait that never came says what
 // the session was doing instead. PROCESSLIST is live; the transaction state
 // is INNODB_TRX's and may be up to its last refresh old.
-func sessions(db *mysql.DB) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT p.ID, p.COMMAND, p.TIME, COALESCE(p.STATE, ''), COALESCE(t.trx_state, '-'), COALESCE(LEFT(p.INFO, 160), '')
+func sessions(t *testing.T, db *mysql.DB) string {
+	return strings.Join(mysqltest.Strings(t, db, " ", `SELECT p.ID, p.COMMAND, p.TIME, p.STATE, t.trx_state, LEFT(p.INFO, 160)
 FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID
-WHERE p.DB = DATABASE() ORDER BY p.ID`)
-	if err != nil {
-		return err.Error()
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var id, secs int64
-		var cmd, state, trx, info string
-		if err := rows.Scan(&id, &cmd, &secs, &state, &trx, &info); err != nil {
-			return err.Error()
-		}
-		fmt.Fprintf(&b, "  %d %s %ds state=%q trx=%s: %s\n", id, cmd, secs, state, trx, info)
-	}
-	if err := rows.Err(); err != nil {
-		return err.Error()
-	}
-	return b.String()
+WHERE p.DB = DATABASE() ORDER BY p.ID`), "\n")
 }
