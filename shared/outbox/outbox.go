@@ -69,7 +69,7 @@ WHERE recipient IN (?) ORDER BY recipient`
 	// A pending event's sent_at holds its occurred_at, a placeholder of the
 	// settle time's size: the dispatcher's settle then overwrites the value
 	// in place, where a NULL made every settled row grow and move within its
-	// page, which doubled the settle's time (bench/report.md, relay).
+	// page, which doubled the settle's time (make bench's relay stage).
 	// Nothing reads a pending row's sent_at.
 	insertEventsSQL = `INSERT INTO outbox_events
 (recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at, sent_at)
