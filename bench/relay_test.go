@@ -59,57 +59,64 @@ func newRelayEnv(t testing.TB) *relayEnv {
 // relayRounds is how many times the relays and raw produce are measured:
 // a raw produce of 30,000 records lasts a fraction of a second and moved by
 // half from one run to the next on a shared machine, so each figure is the
-// mean of rounds, and raw produce opens the first round and closes the
-// last, bracketing the relays as the physical lines bracket meshd.
+// mean of rounds. Raw produce opens the odd rounds and closes the even
+// ones, bracketing the relays as the physical lines bracket meshd.
 const relayRounds = 2
 
 // measureRelays runs the relays one after the other on the same database
-// and broker, relayRounds times over, and records the mean events/s of each.
+// and broker, relayRounds times over, and records the mean rate of each.
 func measureRelays(t *testing.T, r *Results) {
 	e := newRelayEnv(t)
 	n := sized(30_000, 3_000)
 	wn := sized(10_000, 1_000)
-	sum := map[string]float64{}
-	rounds := map[string][]string{}
-	measure := func(key string, v float64) {
-		sum[key] += v / relayRounds
-		rounds[key] = append(rounds[key], fmt.Sprintf("%.0f", v))
+	type figure struct {
+		unit   string
+		mean   float64
+		rounds []string
+	}
+	figs := map[string]*figure{}
+	var keys []string // in the order first measured
+	measure := func(key, unit string, v float64) {
+		f := figs[key]
+		if f == nil {
+			f = &figure{unit: unit}
+			figs[key] = f
+			keys = append(keys, key)
+		}
+		f.mean += v / relayRounds
+		f.rounds = append(f.rounds, fmt.Sprintf("%.0f", v))
 	}
 	raw := func(round int) {
 		say("relay: round %d of %d: raw franz-go produce (acks=all, idempotent), %d records", round, relayRounds, n)
-		measure("relay.raw", e.rawProduce(t, n))
+		measure("relay.raw", "records/s", e.rawProduce(t, n))
 	}
 	// Untimed, so that no timed figure pays for warming up: the producer's
 	// first records also fetch metadata and a producer id, and the broker's
 	// JVM compiles its produce path over the first tens of thousands.
-	for range 3 {
+	const warmProduces = 3
+	for range warmProduces {
 		e.rawProduce(t, n)
 	}
-	keys := []string{"relay.raw", "relay.dispatcher.r1", "relay.dispatcher.r50", "relay.dispatcher.r1000", "relay.watermill"}
 	for round := 1; round <= relayRounds; round++ {
 		if round%2 == 1 {
 			raw(round)
 		}
 		for _, m := range []int{1, 50, 1000} {
 			say("relay: round %d of %d: project dispatcher, %d events over %d recipients", round, relayRounds, n, m)
-			measure(fmt.Sprintf("relay.dispatcher.r%d", m), e.dispatcher(t, fmt.Sprintf("relay%d-%d-", m, round), n, m))
+			measure(fmt.Sprintf("relay.dispatcher.r%d", m), "events/s", e.dispatcher(t, fmt.Sprintf("relay%d-%d-", m, round), n, m))
 		}
 		say("relay: round %d of %d: watermill-sql MySQL subscriber -> franz-go, %d messages", round, relayRounds, wn)
-		measure("relay.watermill", e.watermill(t, fmt.Sprintf("bench_relay_%d", round), wn))
+		measure("relay.watermill", "events/s", e.watermill(t, fmt.Sprintf("bench_relay_%d", round), wn))
 		if round%2 == 0 {
 			raw(round)
 		}
 	}
-	var list []string
-	for _, k := range keys {
-		unit := "events/s"
-		if k == "relay.raw" {
-			unit = "records/s"
-		}
-		r.set(k, sum[k], unit)
-		list = append(list, fmt.Sprintf("%s %s", k, strings.Join(rounds[k], " / ")))
+	list := make([]string, len(keys))
+	for i, k := range keys {
+		r.set(k, figs[k].mean, figs[k].unit)
+		list[i] = fmt.Sprintf("%s %s", k, strings.Join(figs[k].rounds, " / "))
 	}
-	r.note("Relays: each rate is the mean of %d rounds, each the dispatcher at 1, 50 and 1,000 recipients and watermill in turn, with a raw produce before the first round's and after the second's (after %d records untimed, so the producer and the broker are warm); the rounds' rates: %s.", relayRounds, 3*n, strings.Join(list, "; "))
+	r.note("Relays: each rate is the mean of %d rounds, each the dispatcher at 1, 50 and 1,000 recipients and watermill in turn, with a raw produce at the start of odd rounds and the end of even ones (after %d records untimed, so the producer and the broker are warm); the rounds' rates: %s.", relayRounds, warmProduces*n, strings.Join(list, "; "))
 	sd := sized(5*time.Second, 3*time.Second)
 	say("relay: the original design's algorithm (1 s poll, 50 rows one by one) for %v", sd)
 	r.set("relay.seed", e.seedAlgorithm(t, sd), "events/s")
