@@ -783,6 +783,7 @@ func scanHolders(rows *sql.Rows, err error) ([]holder, error) {
 }
 
 type row struct {
+	id      int64 // the outbox row's primary key, which markSent marks it by
 	env     mesh.Envelope
 	body    []byte
 	traceID string
@@ -792,7 +793,7 @@ type row struct {
 // pendingRows sends one per held recipient in a single UNION ALL statement.
 // The index is forced: inside a UNION the optimizer does not weigh the LIMIT
 // and would scan the table for a recipient with a large backlog.
-const pendingRowsSQL = `(SELECT recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at
+const pendingRowsSQL = `(SELECT id, recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at
 FROM outbox_events FORCE INDEX (outbox_pending) WHERE delivery = 'pending' AND recipient = ? ORDER BY seq LIMIT ?)`
 
 // pendingRows returns up to limit pending events of each held recipient, in
@@ -816,7 +817,7 @@ func pendingRows(ctx context.Context, tx *sql.Tx, held []holder, limit int) ([][
 	for rows.Next() {
 		var r row
 		var group, trace sql.NullString
-		if err := rows.Scan(&r.env.To, &r.env.Seq, &r.env.EventID, &r.env.Type, &r.env.From, &r.env.TaskID, &r.env.ContextID,
+		if err := rows.Scan(&r.id, &r.env.To, &r.env.Seq, &r.env.EventID, &r.env.Type, &r.env.From, &r.env.TaskID, &r.env.ContextID,
 			&group, &r.env.MessageID, &r.env.KeyEpoch, &r.body, &trace, &r.env.OccurredAt); err != nil {
 			return nil, err
 		}
@@ -925,31 +926,41 @@ func sentPrefix(errs []error) int {
 	return ok
 }
 
-// rangeSQL is one recipient's range of seqs in markSent's UPDATE.
-const rangeSQL = "(recipient = ? AND seq BETWEEN ? AND ?)"
+// markSentChunk bounds the ids of one markSent UPDATE (a batch holds up to
+// DefaultBatchEvents rows), so each statement's text and range list stay
+// small. FORCE INDEX keeps the lookups on the primary key: without it, one
+// list of 10,000 ids over 50 recipients led MariaDB to scan the whole index
+// (60,000 rows examined).
+const markSentChunk = 1000
+
+// markSentSQL marks rows sent by primary key, not by one seq range per
+// recipient: MariaDB evaluates an OR of ranges for every row it reads, so
+// that statement's cost grew with the recipients of the batch, while an IN
+// list of ids is a sorted lookup. Measured alone, 6,000 rows of 200
+// recipients took 96-231 ms by id against 230-500 ms by ranges.
+const markSentSQL = "UPDATE outbox_events FORCE INDEX (PRIMARY) SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending' AND id IN (?)"
 
 // markSent marks the published prefix of every batch of bs sent, and clears
-// the backoff of the recipients whose batch went out whole, in one
-// statement each (the OR of one seq range per recipient is a range scan of
-// outbox_recipient_seq). Failures are settle's.
+// the backoff of the recipients whose batch went out whole. Failures are
+// settle's.
 func (d *Dispatcher) markSent(ctx context.Context, tx *sql.Tx, bs []batch, now time.Time, st *Stats) error {
-	ranges := make([]string, 0, len(bs))
-	args := make([]any, 0, 1+3*len(bs))
-	args = append(args, now)
+	var ids []any
 	var reset []any
 	for _, b := range bs {
 		ok := sentPrefix(b.errs)
-		if ok > 0 {
-			ranges = append(ranges, rangeSQL)
-			args = append(args, b.recipient, b.rows[0].env.Seq, b.rows[ok-1].env.Seq)
-			st.Sent += ok
+		for _, r := range b.rows[:ok] {
+			ids = append(ids, r.id)
 		}
+		st.Sent += ok
 		if ok == len(b.rows) && b.attempts != 0 {
 			reset = append(reset, b.recipient)
 		}
 	}
-	if len(ranges) > 0 {
-		if _, err := tx.ExecContext(ctx, "UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending' AND ("+strings.Join(ranges, " OR ")+")", args...); err != nil {
+	for len(ids) > 0 {
+		chunk := ids[:min(markSentChunk, len(ids))]
+		ids = ids[len(chunk):]
+		stmt := strings.Replace(markSentSQL, "IN (?)", "IN ("+mysql.Placeholders(len(chunk))+")", 1)
+		if _, err := tx.ExecContext(ctx, stmt, append([]any{now}, chunk...)...); err != nil {
 			return err
 		}
 	}

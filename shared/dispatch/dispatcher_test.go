@@ -235,6 +235,36 @@ func TestDispatcher(t *testing.T) {
 		}
 	})
 
+	t.Run("a batch larger than one settle statement marks every event it published sent, and only those", func(t *testing.T) {
+		f := newDispFixture(t, 1)
+		f.agents(t, "alice", "bob", "carol")
+		n := 2*dispatch.MarkSentChunk + 1 // three settle statements
+		events := make([]outbox.Event, n)
+		for i := range events {
+			events[i] = outbox.Event{Type: mesh.EventMessage, To: "bob", From: "alice", TaskID: "t-bob", ContextID: "c-bob",
+				MessageID: fmt.Sprintf("m-%d", i), OccurredAt: f.clock.Now(), Body: json.RawMessage(`{"text":"hi"}`)}
+		}
+		if err := f.db.InTx(context.Background(), func(tx *sql.Tx) error { return outbox.Append(context.Background(), tx, events) }); err != nil {
+			t.Fatal(err)
+		}
+		f.send(t, "bob", "carol", 1) // a later recipient's event, left for the next batch
+		d := f.dispatcher(nil, nil)
+		d.Recipients = 1
+		st, err := d.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Recipients != 1 || st.Sent != n {
+			t.Fatalf("batch %+v, want bob's %d events sent", st, n)
+		}
+		if dl := f.deliveries(t, "bob"); dl["sent"] != n || len(dl) != 1 {
+			t.Fatalf("bob's outbox deliveries %v, want all %d sent", dl, n)
+		}
+		if dl := f.deliveries(t, "carol"); dl["pending"] != 1 || len(dl) != 1 {
+			t.Fatalf("carol's outbox deliveries %v, want her one event still pending", dl)
+		}
+	})
+
 	t.Run("an other recipient's key cannot open an event", func(t *testing.T) {
 		f := newDispFixture(t, 1)
 		f.agents(t, "alice", "bob")

@@ -8,3 +8,6 @@ func SetSettleFault(d *Dispatcher, fault func() error) { d.settleFault = fault }
 // SetAssumedSettled makes hook run once the settle a batch writes during its
 // publish has returned, before the publish is waited for. For tests only.
 func SetAssumedSettled(d *Dispatcher, hook func()) { d.assumedSettled = hook }
+
+// MarkSentChunk is how many rows one settle statement marks at most.
+const MarkSentChunk = markSentChunk
