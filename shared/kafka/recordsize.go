@@ -22,9 +22,8 @@ const batchOverhead = 65
 // BatchBytes is the size of a record batch holding one record with a key of
 // keyLen bytes and a value of valueLen bytes, no headers, uncompressed, as
 // the producer counts it against ProducerBatchMaxBytes; the broker's count
-// against max.message.bytes is 4 bytes less. The producer compresses a
-// batch only when that makes it smaller, so this bounds what the broker
-// receives.
+// against max.message.bytes is 4 bytes less. NewProducer's batches are
+// uncompressed, so this is what the broker receives.
 func BatchBytes(keyLen, valueLen int) int {
 	// attributes, timestamp delta (0 in a batch of one), offset delta (0),
 	// key length, key, value length, value, header count (0)
