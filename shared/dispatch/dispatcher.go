@@ -29,6 +29,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/seal"
 	"github.com/agentmesh/agentmesh/shared/textlimit"
 )
@@ -937,8 +938,10 @@ const markSentChunk = 1000
 // recipient: MariaDB evaluates an OR of ranges for every row it reads, so
 // that statement's cost grew with the recipients of the batch, while an IN
 // list of ids is a sorted lookup. Measured alone, 6,000 rows of 200
-// recipients took 96-231 ms by id against 230-500 ms by ranges.
-const markSentSQL = "UPDATE outbox_events FORCE INDEX (PRIMARY) SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending' AND id IN (?)"
+// recipients took 96-231 ms by id against 230-500 ms by ranges. The value
+// is outbox.SentDelivery, as long as 'pending', so the row is updated in
+// place.
+const markSentSQL = "UPDATE outbox_events FORCE INDEX (PRIMARY) SET delivery = '" + outbox.SentDelivery + "', sent_at = ? WHERE delivery = 'pending' AND id IN (?)"
 
 // markSent marks the published prefix of every batch of bs sent, and clears
 // the backoff of the recipients whose batch went out whole. Failures are

@@ -162,7 +162,8 @@ func (f *dispFixture) drain(t *testing.T, d *dispatch.Dispatcher) {
 
 func (f *dispFixture) deliveries(t *testing.T, recipient string) map[string]int {
 	t.Helper()
-	rows, err := f.db.Query("SELECT delivery, COUNT(*) FROM outbox_events WHERE recipient = ? GROUP BY delivery", recipient)
+	// RTRIM: a settled row stores outbox.SentDelivery, "sent" padded.
+	rows, err := f.db.Query("SELECT RTRIM(delivery), COUNT(*) FROM outbox_events WHERE recipient = ? GROUP BY delivery", recipient)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +233,20 @@ func TestDispatcher(t *testing.T) {
 			if dl := f.deliveries(t, r); dl["sent"] != n || len(dl) != 1 {
 				t.Fatalf("%s: outbox deliveries %v, want all %d sent", r, dl, n)
 			}
+		}
+	})
+
+	t.Run("a settled row keeps the length of a pending one, so the settle rewrites it in place", func(t *testing.T) {
+		f := newDispFixture(t, 1)
+		f.agents(t, "alice", "bob")
+		f.send(t, "alice", "bob", 3)
+		f.drain(t, f.dispatcher(nil, nil))
+		var settled, grown int
+		if err := f.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(LENGTH(delivery) <> LENGTH('pending')), 0) FROM outbox_events WHERE delivery = 'sent'").Scan(&settled, &grown); err != nil {
+			t.Fatal(err)
+		}
+		if settled != 3 || grown != 0 {
+			t.Fatalf("%d rows sent, %d of them with a delivery value of another length than 'pending'", settled, grown)
 		}
 	})
 

@@ -57,7 +57,7 @@ func (p *recordingPusher) Push(agent string, seq int64, value []byte) {
 	}
 	h := handed{agent: agent, seq: seq, value: value}
 	if p.db != nil {
-		_ = p.db.QueryRow("SELECT delivery FROM outbox_events WHERE recipient = ? AND seq = ?", agent, seq).Scan(&h.delivery)
+		_ = p.db.QueryRow("SELECT RTRIM(delivery) FROM outbox_events WHERE recipient = ? AND seq = ?", agent, seq).Scan(&h.delivery)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

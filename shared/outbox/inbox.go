@@ -32,7 +32,7 @@ const (
 // (recipient, seq): a range read from after+1 in seq order, and a MIN over
 // one recipient's prefix. Neither ever scans another recipient's rows.
 const (
-	readInboxSQL = `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, trace_id, body, occurred_at, delivery
+	readInboxSQL = `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, trace_id, body, occurred_at, RTRIM(delivery)
 FROM outbox_events WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?`
 
 	// oldestSeqSQL runs as one statement so MIN(seq) and the counter come

@@ -32,14 +32,17 @@ func TestJanitor(t *testing.T) {
 	if err := appendIn(t, db, evs); err != nil {
 		t.Fatal(err)
 	}
-	for seq := int64(1); seq <= 3; seq++ {
-		settle(t, db, "a", seq, "sent", &old)
+	// a1 as rows settled before SentDelivery were, the others as the
+	// dispatcher settles them now.
+	settle(t, db, "a", 1, "sent", &old)
+	for seq := int64(2); seq <= 3; seq++ {
+		settle(t, db, "a", seq, SentDelivery, &old)
 	}
-	settle(t, db, "a", 4, "sent", &recent)
+	settle(t, db, "a", 4, SentDelivery, &recent)
 	settle(t, db, "a", 5, "failed", nil) // a dead letter without a settle time
 	// a6 stays pending although it is old.
 	settle(t, db, "b", 1, "failed", &old) // a dead letter settled long ago
-	settle(t, db, "b", 2, "sent", &old)
+	settle(t, db, "b", 2, SentDelivery, &old)
 
 	j := Janitor{DB: db, Clock: func() time.Time { return now }, Retention: 7 * 24 * time.Hour, Batch: 2}
 	remaining := func() string {
