@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -158,6 +159,22 @@ func (f *dispFixture) drain(t *testing.T, d *dispatch.Dispatcher) {
 		}
 	}
 	t.Fatal("dispatcher did not drain in 100 batches")
+}
+
+// waitUnheld waits until no transaction holds recipient's dispatch_state
+// row, by taking its lock and letting it go (a lock wait, bounded by
+// innodb_lock_wait_timeout, not a sleep).
+func (f *dispFixture) waitUnheld(t *testing.T, recipient string) {
+	t.Helper()
+	tx, err := f.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var r string
+	if err := tx.QueryRow("SELECT recipient FROM dispatch_state WHERE recipient = ? FOR UPDATE", recipient).Scan(&r); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatal(err)
+	}
 }
 
 func (f *dispFixture) deliveries(t *testing.T, recipient string) map[string]int {
@@ -430,6 +447,10 @@ func TestDispatcher(t *testing.T) {
 		if dl := f.deliveries(t, "bob"); dl["pending"] != 5 {
 			t.Fatalf("events must stay pending while Kafka is down: %v", dl)
 		}
+		// The dead run ended with its context: its transaction is rolled
+		// back once the server sees the connection close, and until then
+		// holds bob, whom the next dispatcher would skip (SKIP LOCKED).
+		f.waitUnheld(t, "bob")
 		f.clock.Advance(5 * time.Second)
 		f.drain(t, f.dispatcher(nil, nil))
 		if got := f.seqsOnKafka(t, 1, 5)["bob"]; fmt.Sprint(got) != "[1 2 3 4 5]" {
