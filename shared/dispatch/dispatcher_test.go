@@ -447,9 +447,10 @@ func TestDispatcher(t *testing.T) {
 		if dl := f.deliveries(t, "bob"); dl["pending"] != 5 {
 			t.Fatalf("events must stay pending while Kafka is down: %v", dl)
 		}
-		// The dead run ended with its context: its transaction is rolled
-		// back once the server sees the connection close, and until then
-		// holds bob, whom the next dispatcher would skip (SKIP LOCKED).
+		// The dead run ended with its context, and database/sql rolls such
+		// a transaction back from its own goroutine, possibly after RunOnce
+		// has returned: until then it holds bob, whom the next dispatcher
+		// would skip (SKIP LOCKED).
 		f.waitUnheld(t, "bob")
 		f.clock.Advance(5 * time.Second)
 		f.drain(t, f.dispatcher(nil, nil))
