@@ -63,11 +63,12 @@ func measureLatency(t *testing.T, r *Results) {
 	ls.Buffer(make([]byte, 64<<20), 64<<20)
 	for ls.Scan() {
 		var l struct {
-			Rate    int     `json:"rate"`
-			Mode    string  `json:"mode"`
-			Handler string  `json:"handler"`
-			US      []int64 `json:"us"`
-			SentMS  []int64 `json:"sent_ms"`
+			Rate     int     `json:"rate"`
+			SentRate float64 `json:"sent_rate"`
+			Mode     string  `json:"mode"`
+			Handler  string  `json:"handler"`
+			US       []int64 `json:"us"`
+			SentMS   []int64 `json:"sent_ms"`
 		}
 		if err := json.Unmarshal(ls.Bytes(), &l); err != nil {
 			t.Fatal(err)
@@ -86,6 +87,7 @@ func measureLatency(t *testing.T, r *Results) {
 		slices.Sort(edge)
 		key := fmt.Sprintf("%d/%s/%s", l.Rate, l.Mode, l.Handler)
 		r.mu.Lock()
+		r.figs[fmt.Sprintf("lat.sent.%d", l.Rate)] = figure{l.SentRate, "msg/s"}
 		r.lat[key] = d
 		r.latEdge[key] = edge
 		r.mu.Unlock()

@@ -37,6 +37,10 @@ type figure struct {
 	unit string
 }
 
+// latRateHeld is the share of a latency run's rate the mesh must take for
+// its latency to count as measured at that rate.
+const latRateHeld = 0.95
+
 // Results collects every figure of a run, for the report.
 type Results struct {
 	mu      sync.Mutex
@@ -300,11 +304,21 @@ func (r *Results) targets(w func(string, ...any)) {
 			check(fmt.Sprintf("send path ≥ 40%% of the two-INSERT commit, %d client(s)", c), s.v >= 0.4*two.v, true, short(100*s.v/two.v)+"%")
 		}
 	}
+	// A latency target holds at its rate only: a run whose sends could not
+	// keep the rate measured a lighter load, and says so.
+	latCheck := func(name string, rate int, l []time.Duration, limit time.Duration) {
+		p99 := quantile(l, .99)
+		sent := r.figs[fmt.Sprintf("lat.sent.%d", rate)].v
+		got, held := ms(p99), sent >= latRateHeld*float64(rate)
+		if !held {
+			got += fmt.Sprintf(", but the mesh took only %s msg/s", fmtNum(sent))
+		}
+		check(name, p99 <= limit && held, true, got)
+	}
 	for _, m := range []string{"push", "kafka"} {
 		for _, h := range []string{"noop", "exec"} {
 			if l, ok := r.lat["500/"+m+"/"+h]; ok {
-				p99 := quantile(l, .99)
-				check(fmt.Sprintf("p99 ≤ 100 ms at 500 msg/s, %s mode, %s handler", m, h), p99 <= 100*time.Millisecond, true, ms(p99))
+				latCheck(fmt.Sprintf("p99 ≤ 100 ms at 500 msg/s, %s mode, %s handler", m, h), 500, l, 100*time.Millisecond)
 			}
 		}
 	}
@@ -326,14 +340,12 @@ func (r *Results) targets(w func(string, ...any)) {
 	}
 	for _, h := range []string{"noop", "exec"} {
 		if l, ok := r.lat["200/push/"+h]; ok {
-			p99 := quantile(l, .99)
-			check("(earlier) push p99 ≤ 100 ms at 200 msg/s, "+h+" handler", p99 <= 100*time.Millisecond, true, ms(p99))
+			latCheck("(earlier) push p99 ≤ 100 ms at 200 msg/s, "+h+" handler", 200, l, 100*time.Millisecond)
 		}
 		// The issue's first latency target was Kafka's (meshd's mode then);
 		// poll has none and is shown in the latency table only.
 		if l, ok := r.lat["200/kafka/"+h]; ok {
-			p99 := quantile(l, .99)
-			check("(earlier) p99 ≤ 250 ms at 200 msg/s, kafka mode, "+h+" handler", p99 <= 250*time.Millisecond, true, ms(p99))
+			latCheck("(earlier) p99 ≤ 250 ms at 200 msg/s, kafka mode, "+h+" handler", 200, l, 250*time.Millisecond)
 		}
 	}
 	if n, ok := r.figs["idle.conns"]; ok {
@@ -393,7 +405,7 @@ func (r *Results) writeComparison(w func(string, ...any), f func(string) string,
 	w("\nDatabase round trips per send: %s, carrying %s (listed in the notes: a round trip may carry several, START TRANSACTION with the first and COMMIT with the last). \"The send's statements, raw\" replays exactly those round trips, as captured from a real send with fresh ids, over one connection: what is left of a send without HTTP event, JSON, JWT and Go logic. \"Two-INSERT commit\" is only the task and message INSERTs of that send in a transaction, START TRANSACTION, the two INSERTs and COMMIT each in a round trip of its own (the write a send cannot do without). Targets: ≤ 8 round trips per send; send ≥ 40%% of the two-INSERT commit at 1 and 32 clients (an earlier issue asked ≥ 60%% of raw).\n\n", f("send.roundtrips"), f("send.statements"))
 
 	w("## Latency: 2xx → handler, through the local stack (schedules as on AWS), the real broker and meshd\n\n")
-	w("| Rate (whole mesh) | Mode | Handler | Messages | p50 | p95 | p99 | max | Sent within 3 s of :00 | their p99 | their max |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| Rate (whole mesh) | Taken | Mode | Handler | Messages | p50 | p95 | p99 | max | Sent within 3 s of :00 | their p99 | their max |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range r.latencyKeys() {
 		s := r.lat[k]
 		rate, rest, _ := strings.Cut(k, "/")
@@ -403,9 +415,9 @@ func (r *Results) writeComparison(w func(string, ...any), f func(string) string,
 		if len(e) > 0 {
 			ep99, emax = ms(quantile(e, .99)), ms(e[len(e)-1])
 		}
-		w("| %s msg/s | %s | %s | %d | %s | %s | %s | %s | %d | %s | %s |\n", rate, mode, h, len(s), ms(quantile(s, .5)), ms(quantile(s, .95)), ms(quantile(s, .99)), ms(s[len(s)-1]), len(e), ep99, emax)
+		w("| %s msg/s | %s msg/s | %s | %s | %d | %s | %s | %s | %s | %d | %s | %s |\n", rate, fmtNum(r.figs["lat.sent."+rate].v), mode, h, len(s), ms(quantile(s, .5)), ms(quantile(s, .95)), ms(quantile(s, .99)), ms(s[len(s)-1]), len(e), ep99, emax)
 	}
-	w("\nEach rate runs for %v (make bench's 125 s spans two dispatcher schedule periods, so minute boundaries are included), split evenly between six recipients in the same stack: for each delivery mode (push: meshd holds a WebSocket to the local WebSocket API and the dispatcher's post-commit hook posts each record to it; kafka: meshd consumes its partition; poll: meshd long-polls `GET /v1/inbox`), one whose meshd runs an in-process no-op handler and one whose meshd runs an exec handler (`true`). The rate is the whole mesh's: each recipient gets a sixth of it. Targets: p99 ≤ 100 ms at 500 msg/s (push and Kafka); earlier, push p99 ≤ 100 ms and Kafka p99 ≤ 250 ms at 200 msg/s. Poll mode has no target: its latency is the long poll's.\n\n", *latDur)
+	w("\nEach rate runs for %v (make bench's 125 s spans two dispatcher schedule periods, so minute boundaries are included), split evenly between six recipients in the same stack: for each delivery mode (push: meshd holds a WebSocket to the local WebSocket API and the dispatcher's post-commit hook posts each record to it; kafka: meshd consumes its partition; poll: meshd long-polls `GET /v1/inbox`), one whose meshd runs an in-process no-op handler and one whose meshd runs an exec handler (`true`). The rate is the whole mesh's: each recipient gets a sixth of it. The sends follow a fixed schedule (open loop: a send starts at its time whether or not the sender's earlier sends have returned, up to 8 at once per sender), so a slow send path cannot lower the load it is measured under; \"Taken\" is the rate the mesh actually took (all messages over the time from the first send to the last 2xx), and a latency target counts as met only when it is at least %d%% of the rate. Targets: p99 ≤ 100 ms at 500 msg/s (push and Kafka); earlier, push p99 ≤ 100 ms and Kafka p99 ≤ 250 ms at 200 msg/s. Poll mode has no target: its latency is the long poll's.\n\n", *latDur, int(100*latRateHeld))
 
 	w("## meshd consume rate and function init\n\n| Figure | Value | Against the physical line of the same run |\n|---|---|---|\n")
 	w("| meshd consume, in-process no-op handler | %s | %s of pwrite + fdatasync |\n", f("meshd.noop"), ratio("meshd.noop", "phys.fdatasync", true))
