@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -144,29 +145,28 @@ func measureSend(t *testing.T, r *Results) {
 	r.note("The %d statements of one send in its %d round trips, in order (each with the number of its round trip): %s.", len(stmts), trips, strings.Join(list, "; "))
 
 	// The replay: the captured texts with fresh ids, a recipient of its own
-	// (a counter at 0, so the captured seq 2 is free: the capture's
-	// recipient had the warm-up at seq 1) and a sender of the pool.
+	// and a sender of the pool, friends (the send's gate reads it and lets
+	// the send through, as it does for a real one).
 	nFresh := sized(80_000, 8_000)
-	say("send: %d fresh recipients for the raw replay", nFresh)
+	say("send: %d fresh recipients for the raw replay, each a friend of a sender", nFresh)
 	fresh := ids("fresh-", nFresh)
 	insertAgents(t, db, fresh)
-	if _, err := db.Exec("UPDATE inbox_counters SET last_seq = 1 WHERE recipient LIKE 'fresh-%'"); err != nil {
-		t.Fatal(err)
+	freshPairs := make([][2]string, nFresh)
+	for i, f := range fresh {
+		freshPairs[i] = [2]string{senders[i%sendSenders], f}
 	}
+	befriend(t, db, freshPairs)
 	var next atomic.Int64
-	replay := replayer(queries, capSender, capRcpt, capMsg)
+	replay := replayer(queries, capSender, capRcpt, capMsg, apiKeys(t, db))
 
-	// The essential write alone: the task and message INSERTs of the
-	// captured send in one transaction (BenchmarkTwoInsertCommit's shape),
-	// each statement in a round trip of its own.
-	var two []string
-	for _, q := range stmts {
-		w := strings.Fields(q)
-		if w[0] == "START" || w[0] == "COMMIT" || len(w) > 2 && w[0] == "INSERT" && (w[2] == "tasks" || w[2] == "task_messages") {
-			two = append(two, q)
-		}
-	}
-	replayTwo := replayer(two, capSender, capRcpt, capMsg)
+	// The essential write alone: the task and message rows the captured
+	// send wrote, inserted by the two INSERTs of the send's pipe path in
+	// one transaction (BenchmarkTwoInsertCommit's shape), each statement in
+	// a round trip of its own.
+	two := []string{"START TRANSACTION"}
+	two = append(two, writtenRows(t, db, capSender, capMsg)...)
+	two = append(two, "COMMIT")
+	replayTwo := replayer(two, capSender, capRcpt, capMsg, nil)
 
 	// Each figure is the sum of two slices taken in turn with the others',
 	// so a burst of load from elsewhere on the machine hits all alike.
@@ -197,6 +197,12 @@ func measureSend(t *testing.T, r *Results) {
 		var sendRate, rawRate, twoRate float64
 		for range 2 {
 			sendRate += run(t, c, d, sendOp) / 2
+			// The replayed texts carry the capture's clock, against which
+			// a sender's budget runs out after 100 sends: each replay
+			// starts from full budgets, as the sends find theirs.
+			if _, err := db.Exec("UPDATE rate_limits SET tat_us = 0 WHERE agent_id LIKE 'sender-%'"); err != nil {
+				t.Fatal(err)
+			}
 			rawRate += run(t, c, d, rawOp) / 2
 			twoRate += run(t, c, d, twoOp) / 2
 		}
@@ -209,12 +215,90 @@ func measureSend(t *testing.T, r *Results) {
 	}
 }
 
+// writtenRows are the INSERT texts of the task and message rows the send
+// of sender's messageID wrote, with the pipe path's column lists
+// (tasks.insertTaskSQL, tasks.insertMessageSQL) and the rows' own values.
+func writtenRows(t *testing.T, db *mysql.DB, sender, messageID string) []string {
+	t.Helper()
+	var taskID, contextID, initiator, recipient, status, parts string
+	var group sql.NullString
+	var created, updated, msgCreated time.Time
+	if err := db.QueryRow(`SELECT t.task_id, t.context_id, t.group_id, t.initiator, t.recipient, t.status, t.created_at, t.updated_at, m.parts, m.created_at
+FROM task_messages m JOIN tasks t ON t.task_id = m.task_id WHERE m.sender = ? AND m.message_id = ?`, sender, messageID).
+		Scan(&taskID, &contextID, &group, &initiator, &recipient, &status, &created, &updated, &parts, &msgCreated); err != nil {
+		t.Fatal(err)
+	}
+	var groupLit any
+	if group.Valid {
+		groupLit = group.String
+	}
+	return []string{
+		inline("INSERT INTO tasks (task_id, context_id, group_id, initiator, recipient, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+			taskID, contextID, groupLit, initiator, recipient, status, created, updated),
+		inline("INSERT INTO task_messages (task_id, message_id, sender, parts, created_at) VALUES (?, ?, ?, ?, ?)",
+			taskID, messageID, sender, parts, msgCreated),
+	}
+}
+
+// inline is query with each ? replaced by its argument as a literal: a
+// string, a time (UTC, microseconds) or nil.
+func inline(query string, args ...any) string {
+	pieces := strings.Split(query, "?")
+	var b strings.Builder
+	for i, p := range pieces {
+		b.WriteString(p)
+		if i == len(pieces)-1 {
+			break
+		}
+		switch v := args[i].(type) {
+		case nil:
+			b.WriteString("NULL")
+		case time.Time:
+			b.WriteString(sqlString(v.UTC().Format("2006-01-02 15:04:05.000000")))
+		case string:
+			b.WriteString(sqlString(v))
+		default:
+			panic(fmt.Sprintf("inline: %T", v))
+		}
+	}
+	return b.String()
+}
+
+// apiKeys maps each agent to its API key's id.
+func apiKeys(t *testing.T, db *mysql.DB) map[string]string {
+	t.Helper()
+	rows, err := db.Query("SELECT agent_id, key_id FROM api_keys WHERE revoked_at IS NULL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var a, k string
+		if err := rows.Scan(&a, &k); err != nil {
+			t.Fatal(err)
+		}
+		out[a] = k
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sqlString is s as a MySQL string literal.
+func sqlString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, "'", `\'`, "\x00", `\0`, "\n", `\n`, "\r", `\r`, "\x1a", `\Z`).Replace(s) + "'"
+}
+
 var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 // replayer returns a func that issues the captured statements on one
 // connection, with every generated id fresh, the capture's recipient and
-// message id replaced and the sender swapped (its rate-limit row).
-func replayer(queries []string, sender, rcpt, msgID string) func(ctx context.Context, db *mysql.DB, sender, rcpt string) error {
+// message id replaced and the sender swapped (its rate-limit row), with its
+// API key when keys (sender -> key id) has it (the send checks the key's
+// liveness).
+func replayer(queries []string, sender, rcpt, msgID string, keys map[string]string) func(ctx context.Context, db *mysql.DB, sender, rcpt string) error {
 	return func(ctx context.Context, db *mysql.DB, s, rc string) error {
 		conn, err := db.Conn(ctx)
 		if err != nil {
@@ -223,7 +307,11 @@ func replayer(queries []string, sender, rcpt, msgID string) func(ctx context.Con
 		defer conn.Close()
 		ids := map[string]string{}
 		suffix := uuid.NewString()[:8]
-		rp := strings.NewReplacer(rcpt, rc, sender, s, msgID, msgID+"-"+suffix)
+		swaps := []string{rcpt, rc, sender, s, msgID, msgID + "-" + suffix}
+		if k, ok := keys[sender]; ok && keys[s] != "" {
+			swaps = append(swaps, k, keys[s])
+		}
+		rp := strings.NewReplacer(swaps...)
 		for _, q := range queries {
 			q = uuidRE.ReplaceAllStringFunc(q, func(old string) string {
 				if n, ok := ids[old]; ok {

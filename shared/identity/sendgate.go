@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 )
 
 // sendGateSQL is CanCommunicate between two friends, the recipient's
@@ -78,4 +79,16 @@ func OpenSendGate(ctx context.Context, q Querier, from, to, keyID string) (SendG
 		}
 	}
 	return g, nil
+}
+
+// SendProcedureArgs are the first nine arguments of the send procedure
+// (send_new_task_v1, migrations/0012_send_procedure.sql), the ones that run
+// TakeRateBumping's spend and OpenSendGate's checks inside it: from and to,
+// the two agents in the lock order OpenSendGate keeps (lo, hi, and whether
+// to is lo, ordered here so that no comparison in SQL depends on a
+// collation), keyID ("" when the caller checked it already), and the rate
+// check's clock, interval and tolerance in microseconds.
+func SendProcedureArgs(from, to, keyID string, now time.Time) []any {
+	lo, hi := min(from, to), max(from, to)
+	return []any{from, to, lo, hi, to == lo, keyID, now.UnixMicro(), rateInterval, rateTolerance}
 }

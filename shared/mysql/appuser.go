@@ -28,8 +28,8 @@ const (
 
 // EnsureAppUser creates the application user the functions connect as (or
 // updates its password) and grants it SELECT, INSERT, UPDATE and DELETE on
-// the current schema's tables, nothing more: no DDL, no other schema, no
-// GRANT OPTION. The same statements run on Aurora MySQL 8.0 and MariaDB
+// the current schema's tables and EXECUTE of its procedures, nothing more:
+// no DDL, no other schema, no GRANT OPTION. The same statements run on Aurora MySQL 8.0 and MariaDB
 // 10.11. The connection must be the master's (CREATE USER and GRANT OPTION).
 // The password comes from the secret RDS Proxy logs in with; the functions
 // themselves present IAM tokens to the proxy and never hold it.
@@ -61,8 +61,10 @@ func (db *DB) EnsureAppUser(ctx context.Context, user, password string) error {
 
 // grantDMLSQL is the one grant of the application user: DML on every table
 // of schema, present and future (a new migration's tables need no new
-// grant). A _ in a database name of GRANT is a wildcard, so it is escaped:
-// the grant names this schema only.
+// grant), and EXECUTE of its procedures, which run with these same rights
+// (SQL SECURITY INVOKER, see migrations/0012_send_procedure.sql). A _ in a
+// database name of GRANT is a wildcard, so it is escaped: the grant names
+// this schema only.
 func grantDMLSQL(schema, user string) string {
-	return "GRANT SELECT, INSERT, UPDATE, DELETE ON `" + strings.ReplaceAll(schema, "_", `\_`) + "`.* TO '" + user + "'@'" + AppUserHost + "'"
+	return "GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `" + strings.ReplaceAll(schema, "_", `\_`) + "`.* TO '" + user + "'@'" + AppUserHost + "'"
 }

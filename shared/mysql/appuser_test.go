@@ -86,6 +86,18 @@ func TestTheMigrationGivesTheApplicationUserDMLOnItsSchemaOnly(t *testing.T) {
 		}
 	})
 
+	t.Run("the application user runs the send procedure with its own rights", func(t *testing.T) {
+		// Unknown agents: the procedure gets as far as its rate UPDATE, which
+		// the application user may run, and refuses (1644, its SIGNAL); a
+		// missing EXECUTE grant would be 1370.
+		args := []any{"nobody-a", "nobody-b", "nobody-a", "nobody-b", false, "", int64(0), int64(1), int64(1),
+			"t", "submitted", "m", "[]", "2026-01-01 00:00:00", "e", "message", "{}", nil, nil, nil, nil}
+		_, err := app.ExecContext(ctx, "CALL send_new_task_v1("+mysql.Placeholders(len(args))+")", args...)
+		if mysqlErrNumber(err) != 1644 {
+			t.Fatalf("got %v, want error 1644 (the procedure's refusal)", err)
+		}
+	})
+
 	t.Run("the application user cannot change the schema", func(t *testing.T) {
 		for _, s := range []string{
 			"CREATE TABLE other (id INT PRIMARY KEY)",
@@ -98,6 +110,10 @@ func TestTheMigrationGivesTheApplicationUserDMLOnItsSchemaOnly(t *testing.T) {
 			if _, err := app.ExecContext(ctx, s); mysqlErrNumber(err) != 1142 {
 				t.Errorf("%s: got %v, want error 1142 (command denied)", s, err)
 			}
+		}
+		// 1370: alter routine command denied.
+		if _, err := app.ExecContext(ctx, "DROP PROCEDURE send_new_task_v1"); mysqlErrNumber(err) != 1370 {
+			t.Errorf("DROP PROCEDURE: got %v, want error 1370 (command denied)", err)
 		}
 	})
 

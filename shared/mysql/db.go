@@ -181,6 +181,13 @@ func IsUnavailable(err error) bool {
 // IsDuplicate reports whether err is a duplicate-key violation (1062).
 func IsDuplicate(err error) bool { return errNumber(err) == ErrDupEntry }
 
+// IsSignal reports whether err is a procedure's SIGNAL SQLSTATE '45000'
+// with message (error 1644 on MySQL 8.0 and MariaDB alike).
+func IsSignal(err error, message string) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1644 && me.SQLState == [5]byte{'4', '5', '0', '0', '0'} && me.Message == message
+}
+
 func errNumber(err error) uint16 {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {

@@ -6,9 +6,11 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,18 +89,24 @@ func readMigrations(migrationFS fs.FS, entries []fs.DirEntry) ([]Migration, erro
 }
 
 // SplitStatements splits a migration file into statements: a statement ends
-// with ';' at the end of a line. Full-line "--" comments are dropped.
+// with ';' at the end of a line, except a CREATE PROCEDURE, whose body's
+// statements end so too: it ends with the line "END;". Full-line "--"
+// comments are dropped.
 func SplitStatements(text string) []string {
 	var stmts []string
 	var cur strings.Builder
+	routine := false
 	for _, line := range strings.Split(text, "\n") {
 		trimmed := strings.TrimSpace(line)
 		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
 			continue
 		}
+		if cur.Len() == 0 {
+			routine = createProcedureRE.MatchString(trimmed)
+		}
 		cur.WriteString(line)
 		cur.WriteString("\n")
-		if strings.HasSuffix(trimmed, ";") {
+		if routine && strings.EqualFold(trimmed, "END;") || !routine && strings.HasSuffix(trimmed, ";") {
 			s := strings.TrimSuffix(strings.TrimSpace(cur.String()), ";")
 			stmts = append(stmts, s)
 			cur.Reset()
@@ -198,13 +206,14 @@ func (db *DB) MigrateFS(ctx context.Context, fsys fs.FS) ([]int, error) {
 }
 
 // alreadyApplied reports whether a DDL error means the object a CREATE makes
-// is already there: the table or the index name exists (1050, 1061). Same
+// is already there: the table, the index name or the procedure exists (1050,
+// 1061, 1304). Same
 // numbers on MySQL 8.0 and MariaDB. Whether it has the right shape is
 // checkSchema's question. (ALTER and DROP are not accepted in migrations:
 // expectedShape refuses them, so their errors need no case here.)
 func alreadyApplied(err error) bool {
 	switch errNumber(err) {
-	case 1050, 1061:
+	case 1050, 1061, 1304:
 		return true
 	}
 	return false
@@ -215,6 +224,16 @@ func alreadyApplied(err error) bool {
 type schemaShape struct {
 	tables  []tableShape
 	indexes []indexShape
+	// routines are the procedures it creates, each with its parameters.
+	routines []routineShape
+}
+
+// routineShape is a stored procedure: its name and its parameters' names in
+// order. Its body is not compared (the servers keep it as written, and a
+// procedure is never changed in place: a new one gets a new name).
+type routineShape struct {
+	name   string
+	params []string
 }
 
 type tableShape struct {
@@ -241,21 +260,24 @@ type indexShape struct {
 const identRE = "`?([A-Za-z0-9_$]+)`?"
 
 var (
-	createTableRE = regexp.MustCompile(`(?is)^CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?` + identRE + `\s*\((.*)\)\s*([^)]*)$`)
-	createIndexRE = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+` + identRE + `\s+ON\s+` + identRE + `\s*\((.*)\)\s*$`)
-	dataRE        = regexp.MustCompile(`(?is)^(INSERT|UPDATE|DELETE|REPLACE)\b`)
-	keyRE         = regexp.MustCompile(`(?is)^(PRIMARY\s+KEY|UNIQUE(?:\s+(?:KEY|INDEX))?|KEY|INDEX)\b\s*(?:` + identRE + `)?\s*\((.*)\)$`)
-	unsupportedRE = regexp.MustCompile(`(?is)^(CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|CHECK)\b`)
-	columnRE      = regexp.MustCompile(`(?is)^` + identRE + `\s+([A-Za-z]+(?:\s*\([^)]*\))?(?:\s+(?:UNSIGNED|ZEROFILL))*)(.*)$`)
-	notNullRE     = regexp.MustCompile(`(?i)\bNOT\s+NULL\b`)
-	collateRE     = regexp.MustCompile(`(?i)\bCOLLATE\s*=?\s*([A-Za-z0-9_]+)`)
-	charsetRE     = regexp.MustCompile(`(?i)\b(CHARACTER\s+SET|CHARSET)\b`)
-	inlinePKRE    = regexp.MustCompile(`(?i)\bPRIMARY\s+KEY\b`)
-	inlineUniqRE  = regexp.MustCompile(`(?i)\bUNIQUE(\s+KEY)?\b`)
-	intWidthRE    = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
-	textTypeRE    = regexp.MustCompile(`^(char|varchar|tinytext|text|mediumtext|longtext|enum|set)\b`)
-	spacesRE      = regexp.MustCompile(`\s+`)
-	indexColumnRE = regexp.MustCompile(`^\s*` + identRE)
+	createTableRE        = regexp.MustCompile(`(?is)^CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?` + identRE + `\s*\((.*)\)\s*([^)]*)$`)
+	createIndexRE        = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+` + identRE + `\s+ON\s+` + identRE + `\s*\((.*)\)\s*$`)
+	sqlSecurityInvokerRE = regexp.MustCompile(`(?i)\bSQL\s+SECURITY\s+INVOKER\b`)
+	createProcedureRE    = regexp.MustCompile(`(?is)^CREATE\s+PROCEDURE\s+` + identRE + `\s*\(`)
+	procedureParamRE     = regexp.MustCompile(`(?i)^(?:IN|OUT|INOUT)\s+` + identRE + `\s+\S`)
+	dataRE               = regexp.MustCompile(`(?is)^(INSERT|UPDATE|DELETE|REPLACE)\b`)
+	keyRE                = regexp.MustCompile(`(?is)^(PRIMARY\s+KEY|UNIQUE(?:\s+(?:KEY|INDEX))?|KEY|INDEX)\b\s*(?:` + identRE + `)?\s*\((.*)\)$`)
+	unsupportedRE        = regexp.MustCompile(`(?is)^(CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|CHECK)\b`)
+	columnRE             = regexp.MustCompile(`(?is)^` + identRE + `\s+([A-Za-z]+(?:\s*\([^)]*\))?(?:\s+(?:UNSIGNED|ZEROFILL))*)(.*)$`)
+	notNullRE            = regexp.MustCompile(`(?i)\bNOT\s+NULL\b`)
+	collateRE            = regexp.MustCompile(`(?i)\bCOLLATE\s*=?\s*([A-Za-z0-9_]+)`)
+	charsetRE            = regexp.MustCompile(`(?i)\b(CHARACTER\s+SET|CHARSET)\b`)
+	inlinePKRE           = regexp.MustCompile(`(?i)\bPRIMARY\s+KEY\b`)
+	inlineUniqRE         = regexp.MustCompile(`(?i)\bUNIQUE(\s+KEY)?\b`)
+	intWidthRE           = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
+	textTypeRE           = regexp.MustCompile(`^(char|varchar|tinytext|text|mediumtext|longtext|enum|set)\b`)
+	spacesRE             = regexp.MustCompile(`\s+`)
+	indexColumnRE        = regexp.MustCompile(`^\s*` + identRE)
 )
 
 // expectedShape reads what m creates. Data statements create nothing to
@@ -270,6 +292,11 @@ func expectedShape(m Migration) (schemaShape, error) {
 		case dataRE.MatchString(s):
 		case createTableRE.MatchString(s):
 			err = out.addTable(createTableRE.FindStringSubmatch(s))
+		case createProcedureRE.MatchString(s):
+			var r routineShape
+			if r, err = procedureShape(s); err == nil {
+				out.routines = append(out.routines, r)
+			}
 		case createIndexRE.MatchString(s):
 			g := createIndexRE.FindStringSubmatch(s)
 			var cols []string
@@ -277,7 +304,7 @@ func expectedShape(m Migration) (schemaShape, error) {
 				out.indexes = append(out.indexes, indexShape{table: g[3], name: g[2], columns: cols, unique: g[1] != ""})
 			}
 		default:
-			err = fmt.Errorf("the migration runner checks only CREATE TABLE, CREATE INDEX and data statements (teach expectedShape in migrate.go this one)")
+			err = fmt.Errorf("the migration runner checks only CREATE TABLE, CREATE INDEX, CREATE PROCEDURE and data statements (teach expectedShape in migrate.go this one)")
 		}
 		if err != nil {
 			return out, fmt.Errorf("migrate %s statement %d: %w", m.Name, i+1, err)
@@ -373,6 +400,87 @@ func splitTopLevel(s string) []string {
 	return append(out, s[start:])
 }
 
+// procedureShape reads a CREATE PROCEDURE's name and parameters. Only SQL
+// SECURITY INVOKER procedures are accepted: one runs with the rights of the
+// application user that calls it, never with the migration user's.
+func procedureShape(s string) (routineShape, error) {
+	name := createProcedureRE.FindStringSubmatch(s)[1]
+	open := createProcedureRE.FindStringIndex(s)[1] - 1
+	depth, end := 0, -1
+	for i := open; i < len(s) && end < 0; i++ {
+		switch s[i] {
+		case '(':
+			depth++
+		case ')':
+			if depth--; depth == 0 {
+				end = i
+			}
+		}
+	}
+	if end < 0 {
+		return routineShape{}, fmt.Errorf("procedure %s: its parameter list does not end", name)
+	}
+	if !sqlSecurityInvokerRE.MatchString(s[end:]) {
+		return routineShape{}, fmt.Errorf("procedure %s: declare SQL SECURITY INVOKER, so that it runs with the caller's rights", name)
+	}
+	r := routineShape{name: name}
+	if list := strings.TrimSpace(s[open+1 : end]); list != "" {
+		for _, p := range splitTopLevel(list) {
+			m := procedureParamRE.FindStringSubmatch(strings.TrimSpace(p))
+			if m == nil {
+				return routineShape{}, fmt.Errorf("procedure %s: cannot read the parameter %q (write IN, OUT or INOUT, its name and its type)", name, strings.TrimSpace(p))
+			}
+			r.params = append(r.params, m[1])
+		}
+	}
+	return r, nil
+}
+
+// checkRoutines compares the procedures of want with the current schema's:
+// each must exist, run as its invoker and take the same parameters.
+func checkRoutines(ctx context.Context, conn *sql.Conn, want []routineShape) error {
+	var problems []string
+	for _, r := range want {
+		var security string
+		err := conn.QueryRowContext(ctx, `SELECT SECURITY_TYPE FROM information_schema.ROUTINES
+WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'`, r.name).Scan(&security)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			problems = append(problems, fmt.Sprintf("procedure %s is missing", r.name))
+			continue
+		case err != nil:
+			return err
+		case !strings.EqualFold(security, "INVOKER"):
+			problems = append(problems, fmt.Sprintf("procedure %s runs as its %s, want INVOKER", r.name, security))
+		}
+		rows, err := conn.QueryContext(ctx, `SELECT PARAMETER_NAME FROM information_schema.PARAMETERS
+WHERE SPECIFIC_SCHEMA = DATABASE() AND SPECIFIC_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE' ORDER BY ORDINAL_POSITION`, r.name)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for rows.Next() {
+			var p string
+			if err := rows.Scan(&p); err != nil {
+				rows.Close()
+				return err
+			}
+			got = append(got, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if !slices.EqualFunc(got, r.params, strings.EqualFold) {
+			problems = append(problems, fmt.Sprintf("procedure %s takes (%s), want (%s)", r.name, strings.Join(got, ", "), strings.Join(r.params, ", ")))
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
 // indexColumns reads "a, b(10) DESC" as [a b].
 func indexColumns(list string) ([]string, error) {
 	var cols []string
@@ -405,6 +513,9 @@ func normalizeType(t string) string {
 // differently. What the migration does not create (extra columns, indexes
 // of later migrations) is not its concern.
 func checkSchema(ctx context.Context, conn *sql.Conn, want schemaShape) error {
+	if err := checkRoutines(ctx, conn, want.routines); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	for _, t := range want.tables {
 		names[strings.ToLower(t.name)] = true

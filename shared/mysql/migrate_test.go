@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -140,6 +141,12 @@ func TestAPartlyAppliedMigrationIsRefusedByWhatItLacks(t *testing.T) {
 		{"an index of the right name on other columns is refused",
 			[]string{"DROP INDEX mesh_groups_context ON mesh_groups", "CREATE INDEX mesh_groups_context ON mesh_groups (name)"},
 			5, "0005_group_context_index.sql", "mesh_groups.mesh_groups_context is on (name)"},
+		{"a procedure of other parameters is refused, naming them",
+			[]string{"DROP PROCEDURE send_new_task_v1", "CREATE PROCEDURE send_new_task_v1(IN p_from VARCHAR(64)) SQL SECURITY INVOKER BEGIN SELECT p_from; END"},
+			12, "0012_send_procedure.sql", "procedure send_new_task_v1 takes (p_from), want (p_from, p_to,"},
+		{"a procedure that runs with its definer's rights is refused",
+			[]string{"ALTER PROCEDURE send_new_task_v1 SQL SECURITY DEFINER"}, // sqlgrammar:ignore: MySQL 8.0 and MariaDB alike; vitess has no ALTER PROCEDURE
+			12, "0012_send_procedure.sql", "procedure send_new_task_v1 runs as its DEFINER, want INVOKER"},
 		{"a unique key that is no longer unique is refused",
 			[]string{"DROP INDEX outbox_recipient_seq ON outbox_events", "CREATE INDEX outbox_recipient_seq ON outbox_events (recipient, seq)"},
 			1, "0001_init.sql", "outbox_events.outbox_recipient_seq is not unique"},
@@ -189,6 +196,7 @@ func TestAMigrationCutShortIsCompletedByTheNextRun(t *testing.T) {
 	}{
 		{"a missing table of an IF NOT EXISTS migration is created", []string{"DROP TABLE account_sessions"}, 7},
 		{"a missing index of a CREATE INDEX migration is created", []string{"DROP INDEX mesh_groups_context ON mesh_groups"}, 5},
+		{"a missing procedure is created", []string{"DROP PROCEDURE send_new_task_v1"}, 12},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,5 +250,69 @@ func TestAMigrationTheRunnerCannotCheckIsRefusedBeforeItRuns(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatal("the first migration ran although the set was refused")
+	}
+}
+
+// A procedure runs with its definer's rights unless it says otherwise, and
+// the migration's definer owns the schema: the runner accepts only SQL
+// SECURITY INVOKER procedures, which the application user runs with its own
+// DML grant, and refuses any other before a statement runs. Its body's
+// statements end with ';' too; the procedure ends at the line "END;".
+func TestAProcedureRunsWithItsCallersRightsOrIsRefused(t *testing.T) {
+	const body = "(IN p_a INT, IN p_b VARCHAR(8) CHARACTER SET utf8mb4)\n%sBEGIN\n  DECLARE v INT;\n  SET v = p_a;\n  IF v < 0 THEN\n    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'negative';\n  END IF;\n  SELECT v, p_b;\nEND;\n"
+	tests := []struct {
+		name   string
+		clause string
+		refuse bool
+	}{
+		{"a procedure declared SQL SECURITY INVOKER is created and checked", "  SQL SECURITY INVOKER\n", false},
+		{"a procedure without SQL SECURITY is refused before it runs", "", true},
+		{"a procedure declared SQL SECURITY DEFINER is refused before it runs", "  SQL SECURITY DEFINER\n", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			db, _ := mysqltest.Empty(t)
+			ctx := context.Background()
+			files := fstest.MapFS{
+				"migrations/0001_init.sql": {Data: []byte("CREATE TABLE a (\n  id INT NOT NULL,\n  PRIMARY KEY (id)\n);\n")},
+				"migrations/0002_proc.sql": {Data: []byte("-- a procedure\nCREATE PROCEDURE p" + fmt.Sprintf(body, tc.clause) + "CREATE INDEX a_id ON a (id);\n")},
+			}
+			migs, err := mysql.MigrationsIn(files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(migs[1].Statements); n != 2 {
+				t.Fatalf("the procedure's file split into %d statements, want 2 (the procedure, the index): %q", n, migs[1].Statements)
+			}
+			applied, err := db.MigrateFS(ctx, files)
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'a'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.refuse && err == nil:
+				t.Fatalf("accepted (applied %v)", applied)
+			case tc.refuse && !strings.Contains(err.Error(), "0002_proc.sql statement 1: procedure p: declare SQL SECURITY INVOKER"):
+				t.Fatalf("the error does not name the statement and the clause: %v", err)
+			case tc.refuse && n != 0:
+				t.Fatal("the first migration ran although the set was refused")
+			case !tc.refuse && err != nil:
+				t.Fatal(err)
+			case !tc.refuse && !reflect.DeepEqual(applied, []int{1, 2}):
+				t.Fatalf("applied %v, want [1 2]", applied)
+			}
+			if tc.refuse {
+				return
+			}
+			if _, err := db.ExecContext(ctx, "CALL p(-1, 'x')"); !mysql.IsSignal(err, "negative") {
+				t.Fatalf("the procedure's SIGNAL: got %v", err)
+			}
+			if _, err := db.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version = 2"); err != nil {
+				t.Fatal(err)
+			}
+			if again, err := db.MigrateFS(ctx, files); err != nil || !reflect.DeepEqual(again, []int{2}) {
+				t.Fatalf("running the file again over its own procedure: applied %v, err %v", again, err)
+			}
+		})
 	}
 }

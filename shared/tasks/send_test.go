@@ -193,3 +193,59 @@ func TestRateLimitedWriteRollsBack(t *testing.T) {
 		t.Fatalf("retry after the wait: %+v", res)
 	}
 }
+
+// A send that opens a task without a context is one CALL of the send
+// procedure (START TRANSACTION, CALL and COMMIT in one round trip). What the
+// procedure does not let through it refuses whole, and the pipe path, which
+// knows every refusal, answers it: a procedure that refused a good send
+// would cost a rollback and a second transaction here, never a wrong answer
+// elsewhere. The pool holds one connection, so the session's statement
+// counters are the sends'.
+func TestANewTaskSendIsOneCallOfTheSendProcedure(t *testing.T) {
+	f := newFixture(t)
+	f.db.SetMaxOpenConns(1)
+	f.agents(t, "alice", "bob", "carol")
+	f.friends(t, "alice", "bob")
+	counters := func() (calls, rollbacks int) {
+		t.Helper()
+		for name, p := range map[string]*int{"Com_call_procedure": &calls, "Com_rollback": &rollbacks} {
+			var k string
+			if err := f.db.QueryRow("SHOW SESSION STATUS LIKE '"+name+"'").Scan(&k, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return calls, rollbacks
+	}
+	tests := []struct {
+		name             string
+		from             string
+		body             tasks.SendRequest
+		status           int
+		calls, rollbacks int
+	}{
+		{"a send to a friend goes through in the call and rolls nothing back", "alice",
+			tasks.SendRequest{To: "bob", Parts: text("hi")}, 202, 1, 0},
+		{"a send with a client message_id writes its idempotency row in the same call", "alice",
+			tasks.SendRequest{To: "bob", Parts: text("hi"), MessageID: "one-call-1"}, 202, 1, 0},
+		{"a send to a stranger is refused by the call, rolled back and answered by the pipe", "alice",
+			tasks.SendRequest{To: "carol", Parts: text("hi")}, 403, 1, 2},
+		{"a send naming a context takes the pipe, which claims it", "alice",
+			tasks.SendRequest{To: "bob", Parts: text("hi"), ContextID: "ctx-one-call"}, 202, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			calls0, rollbacks0 := counters()
+			r := f.call(t, req{fn: "SendMessageFunction", caller: tc.from, method: "POST", path: "/v1/messages", body: tc.body})
+			if r.Status != tc.status {
+				t.Fatalf("status %d %s, want %d", r.Status, r.Body, tc.status)
+			}
+			calls, rollbacks := counters()
+			if calls-calls0 != tc.calls || rollbacks-rollbacks0 != tc.rollbacks {
+				t.Fatalf("%d CALLs and %d ROLLBACKs, want %d and %d", calls-calls0, rollbacks-rollbacks0, tc.calls, tc.rollbacks)
+			}
+		})
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM idempotency_keys WHERE sender = 'alice' AND message_id = 'one-call-1'"); n != 1 {
+		t.Fatalf("%d idempotency rows for one-call-1, want 1", n)
+	}
+}

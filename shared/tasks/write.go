@@ -339,8 +339,18 @@ var (
 	errKeyTaken = errors.New("tasks: idempotency key taken")
 )
 
-// newTask is a send that opens a task, in as few round trips as it can: a
-// mysql.Pipe sends its 8 statements (with a client message_id) in 3.
+// newTask is a send that opens a task, in as few round trips as it can.
+//
+// Without a context, its first attempt is one round trip: START
+// TRANSACTION, the CALL of the send procedure (callNewTask) and COMMIT.
+// The procedure does what the pipe below does when the send goes through,
+// and refuses everything else with one signal; the pipe then runs and says
+// why. A message_id taken meanwhile fails the procedure on its key, and the
+// pipe's second attempt reads its answer.
+//
+// Otherwise (a context to claim, or a failpoint to stop at before the
+// commit) a mysql.Pipe sends its 8 statements (with a client message_id)
+// in 3.
 //
 //  1. START TRANSACTION and identity.TakeRateBumping: the sender's rate
 //     token and the recipient's counter (the event's seq; the row stays
@@ -383,7 +393,20 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 		}
 		return errReplay
 	}
-	for attempt := 1; ; attempt++ {
+	first := 1
+	if req.ContextID == "" && s.Failpoint == nil {
+		res, err := s.callNewTask(ctx, w, keyID, req, parts, hash[:])
+		switch {
+		case err == nil:
+			return res, false, nil
+		case mysql.IsDuplicate(err):
+			// The message_id is taken: the pipe reads its answer first.
+			first = 2
+		case !mysql.IsSignal(err, sendRefused):
+			return SendResult{}, false, err
+		}
+	}
+	for attempt := first; ; attempt++ {
 		err = s.DB.InPipe(ctx, func(tx *mysql.Pipe) error {
 			out = SendResult{}
 			w.now = s.Clock()
@@ -448,19 +471,76 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 	}
 }
 
+// The send procedure (migrations/0012_send_procedure.sql): its CALL, with
+// identity.SendProcedureArgs first, and the signal of any refusal.
+const (
+	sendNewTaskSQL = `CALL send_new_task_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sendRefused    = "send_new_task: refused"
+)
+
+// callNewTask is newTask's first attempt at a send without a context: START
+// TRANSACTION, the procedure's CALL and COMMIT in one round trip. The
+// procedure refuses anything but a send that goes through with sendRefused.
+func (s *Service) callNewTask(ctx context.Context, w writeCtx, keyID string, req SendRequest, parts json.RawMessage, hash []byte) (SendResult, error) {
+	var out SendResult
+	err := s.DB.InPipe(ctx, func(tx *mysql.Pipe) error {
+		out = SendResult{}
+		w.now = s.Clock()
+		t := openTask(w, req)
+		ev, err := openingEvent(w, req.To, t, parts)
+		if err != nil {
+			return err
+		}
+		res := sent(w, t)
+		var idem, reqHash, response any // NULL: no client message_id, no row
+		if req.MessageID != "" {
+			b, err := json.Marshal(res)
+			if err != nil {
+				return err
+			}
+			idem, reqHash, response = req.MessageID, hash, string(b)
+		}
+		args := append(identity.SendProcedureArgs(w.caller, req.To, keyID, w.now),
+			t.TaskID, t.Status, w.messageID, string(parts), w.now,
+			outbox.NewEventID(), ev.Type, string(ev.Body), nullable(ev.TraceID), idem, reqHash, response)
+		tx.Queue(sendNewTaskSQL, args...)
+		out = res
+		return nil
+	})
+	return out, err
+}
+
+// openTask is the task a send opens with req.To, submitted at w.now. A
+// context the client did not name is the task's own id, which claimContext
+// knows as this pair's without a task_contexts row.
+func openTask(w writeCtx, req SendRequest) *Task {
+	t := &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: w.caller, Recipient: req.To,
+		Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
+	if t.ContextID == "" {
+		t.ContextID = t.TaskID
+	}
+	return t
+}
+
+// openingEvent is recipient to's event of a new task's first message.
+func openingEvent(w writeCtx, to string, t *Task, parts json.RawMessage) (outbox.Event, error) {
+	msg := EventMessage{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
+	return w.event(mesh.EventMessage, to, t, MessageBody{Message: msg, Task: ref(t)})
+}
+
+// sent is the answer to a message of w.caller in t.
+func sent(w writeCtx, t *Task) SendResult {
+	return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}
+}
+
 // insertTask writes newTask's task, its first message and the outbox event
 // at seq, once gate allows it; a refusal is a *mesh.Error.
 func (s *Service) insertTask(ctx context.Context, tx *mysql.Pipe, w writeCtx, req SendRequest, parts json.RawMessage, gate identity.SendGate, seq int64) (SendResult, error) {
 	if !gate.Reachable {
 		return SendResult{}, mesh.ErrNotReachable
 	}
-	t := &Task{TaskID: newID(), ContextID: req.ContextID, Initiator: w.caller, Recipient: req.To,
-		Status: mesh.TaskSubmitted, CreatedAt: w.now, UpdatedAt: w.now}
-	if t.ContextID == "" {
-		// The minted context is the task's own id: claimContext knows it
-		// as this pair's without a task_contexts row.
-		t.ContextID = t.TaskID
-	} else {
+	t := openTask(w, req)
+	if req.ContextID != "" {
 		var err error
 		if t.GroupID, err = claimContext(ctx, tx, t.ContextID, w.caller, req.To, w.now); err != nil {
 			return SendResult{}, err
@@ -469,8 +549,7 @@ func (s *Service) insertTask(ctx context.Context, tx *mysql.Pipe, w writeCtx, re
 	// The three rows travel with the commit; their errors are its.
 	tx.Queue(insertTaskSQL, t.TaskID, t.ContextID, nullable(t.GroupID), t.Initiator, t.Recipient, t.Status, w.now, w.now)
 	tx.Queue(insertMessageSQL, t.TaskID, w.messageID, w.caller, string(parts), w.now)
-	msg := EventMessage{MessageID: w.messageID, From: w.caller, Parts: parts, CreatedAt: w.now}
-	ev, err := w.event(mesh.EventMessage, req.To, t, MessageBody{Message: msg, Task: ref(t)})
+	ev, err := openingEvent(w, req.To, t, parts)
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -478,7 +557,7 @@ func (s *Service) insertTask(ctx context.Context, tx *mysql.Pipe, w writeCtx, re
 	if err := outbox.InsertTaken(ctx, tx.Queued(), &ev, gate.ToEpoch); err != nil {
 		return SendResult{}, err
 	}
-	return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
+	return sent(w, t), nil
 }
 
 // sendInput checks a send's ids and parts, and returns the parts as stored
@@ -511,7 +590,7 @@ func (s *Service) appendMessage(ctx context.Context, tx *sql.Tx, w writeCtx, t *
 	if err := outbox.Append(ctx, tx, []outbox.Event{ev}); err != nil {
 		return SendResult{}, err
 	}
-	return SendResult{TaskID: t.TaskID, MessageID: w.messageID, ContextID: t.ContextID, Status: t.Status}, nil
+	return sent(w, t), nil
 }
 
 // ---- POST /v1/tasks/{id}/messages ----
