@@ -271,11 +271,11 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 	if b.Failed() {
 		b.FailNow() // a send failed: its message would never be handled
 	}
+	want := per * senders
 	// The rate the mesh took: every message's 2xx came within this span.
 	// When it falls short of rate, the sends themselves could not keep up
 	// (maxInFlightPerSender of a sender's sends were still waiting).
-	sentRate := float64(per*senders) / time.Since(start).Seconds()
-	want := per * senders
+	sentRate := float64(want) / time.Since(start).Seconds()
 	deadline := time.After(2 * time.Minute)
 	for n := 0; n < want; n++ {
 		select {
@@ -320,8 +320,8 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 
 // writeLatencies appends one JSON line {rate, sent_rate, mode, handler,
 // us: [...], sent_ms: [...]} to path: the rate the whole mesh took (msg/s),
-// each message's latency and the Unix time in ms its
-// send got its 2xx (so a reader can tell minute boundaries apart).
+// each message's latency and the Unix time in ms its send got its 2xx (so a
+// reader can tell minute boundaries apart).
 func writeLatencies(b *testing.B, path string, rate int, sentRate float64, mode, handler string, lat []time.Duration, sent []time.Time) {
 	us := make([]int64, len(lat))
 	sentMS := make([]int64, len(lat))
