@@ -65,10 +65,13 @@ func measureLatency(t *testing.T, r *Results) {
 		var l struct {
 			Rate     int     `json:"rate"`
 			SentRate float64 `json:"sent_rate"`
-			Mode     string  `json:"mode"`
-			Handler  string  `json:"handler"`
-			US       []int64 `json:"us"`
-			SentMS   []int64 `json:"sent_ms"`
+			// CPUBusy is the machine's CPU busy fraction over the
+			// measurement; nil where it could not be read.
+			CPUBusy *float64 `json:"cpu_busy"`
+			Mode    string   `json:"mode"`
+			Handler string   `json:"handler"`
+			US      []int64  `json:"us"`
+			SentMS  []int64  `json:"sent_ms"`
 		}
 		if err := json.Unmarshal(ls.Bytes(), &l); err != nil {
 			t.Fatal(err)
@@ -88,6 +91,9 @@ func measureLatency(t *testing.T, r *Results) {
 		key := fmt.Sprintf("%d/%s/%s", l.Rate, l.Mode, l.Handler)
 		r.mu.Lock()
 		r.figs[fmt.Sprintf("lat.sent.%d", l.Rate)] = figure{l.SentRate, "msg/s"}
+		if l.CPUBusy != nil {
+			r.figs[fmt.Sprintf("lat.busy.%d", l.Rate)] = figure{100 * *l.CPUBusy, "%"}
+		}
 		r.lat[key] = d
 		r.latEdge[key] = edge
 		r.mu.Unlock()

@@ -231,6 +231,7 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 	// down, and a slower send path would be measured under less load.
 	period := time.Second * time.Duration(senders) / time.Duration(rate)
 	start := time.Now()
+	cpu0, cpuOK := machineCPU()
 	var wg sync.WaitGroup
 	for s, id := range ids {
 		c := meshclient.New(st.URL, keys[id])
@@ -285,6 +286,14 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 		}
 	}
 	b.StopTimer()
+	// The whole machine's CPU over the measurement: MariaDB, Kafka, the
+	// functions, the meshds and the senders all run on it, so near 100% the
+	// rate is at this machine's limit and the latencies include waiting for
+	// a core.
+	busy := -1.0
+	if cpu1, ok := machineCPU(); ok && cpuOK && cpu1.total > cpu0.total {
+		busy = float64(cpu1.busy-cpu0.busy) / float64(cpu1.total-cpu0.total)
+	}
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -299,7 +308,7 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 			b.Errorf("the meshd of %s left mode %s %d time(s) during the measurement", r.id, r.mode, r.left)
 		}
 		if *latencyOut != "" {
-			writeLatencies(b, *latencyOut, rate, sentRate, r.mode, r.handler, r.lat, r.sent)
+			writeLatencies(b, *latencyOut, rate, sentRate, busy, r.mode, r.handler, r.lat, r.sent)
 		}
 		lat := r.lat
 		slices.Sort(lat)
@@ -312,23 +321,66 @@ func measureLatency(b *testing.B, rate int, d time.Duration) {
 		b.ReportMetric(float64(q(0.95).Milliseconds()), unit+"p95-ms")
 		b.ReportMetric(float64(q(0.99).Milliseconds()), unit+"p99-ms")
 		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), unit+"max-ms")
-		b.Logf("%d msg/s for %v (sent at %.0f msg/s), %s mode, %s handler: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
-			rate, d, sentRate, r.mode, r.handler, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
+		b.Logf("%d msg/s for %v (sent at %.0f msg/s, machine CPU busy %s), %s mode, %s handler: %d handled in order; 2xx→handler p50 %v, p95 %v, p99 %v, max %v",
+			rate, d, sentRate, percent(busy), r.mode, r.handler, len(lat), q(0.50), q(0.95), q(0.99), lat[len(lat)-1])
 	}
 	b.ReportMetric(sentRate, "sent-msg/s")
+	if busy >= 0 {
+		b.ReportMetric(100*busy, "cpu-busy-%")
+	}
 }
 
-// writeLatencies appends one JSON line {rate, sent_rate, mode, handler,
-// us: [...], sent_ms: [...]} to path: the rate the whole mesh took (msg/s),
-// each message's latency and the Unix time in ms its send got its 2xx (so a
-// reader can tell minute boundaries apart).
-func writeLatencies(b *testing.B, path string, rate int, sentRate float64, mode, handler string, lat []time.Duration, sent []time.Time) {
+// cpuTimes are the machine's CPU times since boot, in clock ticks of all
+// cores: busy (user, nice, system, irq, softirq, steal) and total (busy,
+// idle and iowait).
+type cpuTimes struct{ busy, total uint64 }
+
+// machineCPU reads the machine's CPU times from /proc/stat; ok is false
+// where there is none (not Linux).
+func machineCPU() (cpuTimes, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var v [8]uint64 // user nice system idle iowait irq softirq steal
+	for i := range v {
+		if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
+			return cpuTimes{}, false
+		}
+	}
+	busy := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+	return cpuTimes{busy: busy, total: busy + v[3] + v[4]}, true
+}
+
+// percent formats a fraction as a percentage, or "unknown" when negative.
+func percent(f float64) string {
+	if f < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
+}
+
+// writeLatencies appends one JSON line {rate, sent_rate, cpu_busy, mode,
+// handler, us: [...], sent_ms: [...]} to path: the rate the whole mesh took
+// (msg/s), the machine's CPU busy fraction over the measurement (absent when
+// unknown), each message's latency and the Unix time in ms its send got its
+// 2xx (so a reader can tell minute boundaries apart).
+func writeLatencies(b *testing.B, path string, rate int, sentRate, busy float64, mode, handler string, lat []time.Duration, sent []time.Time) {
 	us := make([]int64, len(lat))
 	sentMS := make([]int64, len(lat))
 	for i, l := range lat {
 		us[i], sentMS[i] = l.Microseconds(), sent[i].UnixMilli()
 	}
-	line, err := json.Marshal(map[string]any{"rate": rate, "sent_rate": sentRate, "mode": mode, "handler": handler, "us": us, "sent_ms": sentMS})
+	fields := map[string]any{"rate": rate, "sent_rate": sentRate, "mode": mode, "handler": handler, "us": us, "sent_ms": sentMS}
+	if busy >= 0 {
+		fields["cpu_busy"] = busy
+	}
+	line, err := json.Marshal(fields)
 	if err == nil {
 		var f *os.File
 		if f, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
