@@ -72,13 +72,34 @@ type tapPusher struct {
 	mu     sync.Mutex
 	drop   map[string]bool // agent/seq: pushes lost on the way
 	posted map[string]int64
+	// held, for an agent in it, collects its pushes until release hands
+	// them to the Sender back to back.
+	held map[string][]heldPush
+}
+
+// heldPush is a push the tap holds back.
+type heldPush struct {
+	seq   int64
+	value []byte
 }
 
 func (p *tapPusher) Push(agentID string, seq int64, value []byte) {
 	key := fmt.Sprintf("%s/%d", agentID, seq)
 	p.mu.Lock()
 	lost := p.drop[key]
+	held, holding := p.held[agentID]
+	if holding {
+		p.held[agentID] = append(held, heldPush{seq, value})
+	}
 	p.mu.Unlock()
+	if holding {
+		return
+	}
+	p.pass(agentID, seq, value, lost)
+}
+
+// pass hands a push to the Sender (unless lost) and notes when it is out.
+func (p *tapPusher) pass(agentID string, seq int64, value []byte, lost bool) {
 	if !lost {
 		p.Pusher.Push(agentID, seq, value)
 	}
@@ -90,6 +111,38 @@ func (p *tapPusher) Push(agentID string, seq int64, value []byte) {
 		p.posted[agentID] = max(p.posted[agentID], seq)
 		p.mu.Unlock()
 	}()
+}
+
+// hold makes the tap keep agentID's pushes until release.
+func (p *tapPusher) hold(agentID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = map[string][]heldPush{}
+	}
+	p.held[agentID] = nil
+}
+
+// waitHeld waits until the tap holds n pushes of agentID.
+func (p *tapPusher) waitHeld(t *testing.T, agentID string, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("the tap to hold %d pushes of %s", n, agentID), func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.held[agentID]) >= n
+	})
+}
+
+// release hands agentID's held pushes to the Sender back to back, as one
+// dispatcher batch does, and stops holding.
+func (p *tapPusher) release(agentID string) {
+	p.mu.Lock()
+	held := p.held[agentID]
+	delete(p.held, agentID)
+	p.mu.Unlock()
+	for _, h := range held {
+		p.pass(agentID, h.seq, h.value, false)
+	}
 }
 
 // dropPush makes the push of agentID's seq get lost on the way.

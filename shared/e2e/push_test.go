@@ -154,6 +154,56 @@ func TestPushNudgesRecordsAboveTheMessageLimit(t *testing.T) {
 	}
 }
 
+// A burst of records for one agent goes out in batch frames, several
+// records a WebSocket message instead of a post each (a post per record
+// capped a connection at one record per round trip of the relay), and
+// meshd delivers every one once, in order. A second connection of the
+// agent, read raw, gets the frames meshd gets.
+func TestPushSendsABurstInBatchFrames(t *testing.T) {
+	m := startPushMesh(t, apigwlocal.WebSocketOptions{}, nil)
+	h := m.startHost(t, "bob", nil)
+	m.waitConnection(t, "bob", "")
+	raw, _, err := m.dial(t, bearer(m.token(t, "bob")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "bob's second connection to be recorded", func() bool { return len(m.connections(t, "bob")) == 2 })
+	const n = 20
+	s := m.stream("alice", "bob")
+	m.tap.hold("bob")
+	s.send(t, n)
+	m.tap.waitHeld(t, "bob", n)
+	m.tap.release("bob")
+	s.check(t, h)
+
+	ctx, cancel := context.WithTimeout(context.Background(), pushWait)
+	defer cancel()
+	frames, records, batches := 0, 0, 0
+	for records < n {
+		_, data, err := raw.Read(ctx)
+		if err != nil {
+			t.Fatalf("after %d frames carrying %d records: %v", frames, records, err)
+		}
+		frames++
+		var f api.PushFrame
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatalf("frame %d is not JSON: %v", frames, err)
+		}
+		switch {
+		case len(f.Records) > 0:
+			batches++
+			records += len(f.Records)
+		case f.Sealed != nil:
+			records++
+		default:
+			t.Fatalf("frame %d is neither a record nor a batch: %.200s", frames, data)
+		}
+	}
+	if batches == 0 || frames >= n {
+		t.Fatalf("%d records came in %d frames, %d of them batches: want the burst batched", records, frames, batches)
+	}
+}
+
 // A revoked key's connection is closed (bye revoked), it cannot connect
 // again (401 at the handshake, even with a fresh token exchange), and Run
 // returns the error instead of retrying forever.

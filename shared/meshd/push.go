@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/backoff"
+	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/meshclient"
 	"github.com/agentmesh/agentmesh/shared/push"
 )
@@ -605,12 +606,15 @@ func (r *runner) plannedIn(pc *pushConn) time.Duration {
 }
 
 // onPushFrame handles one frame: a record (opened like a Kafka record of
-// this agent), or a nudge to read the inbox API.
+// this agent), a batch of records, or a nudge to read the inbox API.
 func (r *runner) onPushFrame(ctx context.Context, data []byte) error {
 	var f api.PushFrame
 	if err := json.Unmarshal(data, &f); err != nil {
 		r.log.Warn("a push frame is not JSON; catching up through the inbox API instead", "bytes", len(data))
 		return r.catchUpInbox(ctx)
+	}
+	if len(f.Records) > 0 {
+		return r.onPushedBatch(ctx, f)
 	}
 	if f.Fetch {
 		if f.Seq <= r.state.LastSeq {
@@ -629,20 +633,63 @@ func (r *runner) onPushFrame(ctx context.Context, data []byte) error {
 		r.log.Warn("unknown push frame ignored", "v", f.V, "bytes", len(data))
 		return nil
 	}
-	env, err := r.open(ctx, data)
-	if err == nil && env.To != r.agentID {
-		err = fmt.Errorf("the sealed event names recipient %q", env.To)
-	}
+	env, err := r.openPushed(ctx, data)
 	if err != nil {
-		if ctx.Err() != nil {
-			return errStop
-		}
-		// Its seq is unreadable: whatever it stood for, the inbox has it.
-		r.log.Info("cannot open a pushed record; catching up through the inbox API", "reason", err)
-		return r.catchUpInbox(ctx)
+		return r.unopened(ctx, "a pushed record", err)
 	}
 	// A duplicate (both connections of a reconnect, or a catch-up got there
 	// first) is dropped.
 	_, err = r.deliverNext(ctx, env, -1, "pushed")
 	return err
+}
+
+// openPushed opens a pushed record value, which must be this agent's.
+func (r *runner) openPushed(ctx context.Context, value []byte) (mesh.Envelope, error) {
+	env, err := r.open(ctx, value)
+	if err == nil && env.To != r.agentID {
+		err = fmt.Errorf("the sealed event names recipient %q", env.To)
+	}
+	return env, err
+}
+
+// unopened handles a pushed record that could not be opened: its seq is
+// unreadable, but whatever it stood for, the inbox API has it.
+func (r *runner) unopened(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return errStop
+	}
+	r.log.Info("cannot open "+what+"; catching up through the inbox API", "reason", err)
+	return r.catchUpInbox(ctx)
+}
+
+// onPushedBatch delivers the records of a batch frame in order, as if each
+// had come in a frame of its own (duplicates dropped, a gap filled from the
+// inbox API), consecutive ones as batches to a batch handler. A record
+// that cannot be opened makes it catch up through the inbox API instead,
+// which holds every event the frame carries.
+func (r *runner) onPushedBatch(ctx context.Context, f api.PushFrame) error {
+	envs := make([]mesh.Envelope, 0, len(f.Records))
+	for _, rec := range f.Records {
+		env, err := r.openPushed(ctx, rec)
+		if err != nil {
+			return r.unopened(ctx, "a record of a pushed batch", err)
+		}
+		envs = append(envs, env)
+	}
+	for i := 0; i < len(envs); {
+		if bh, ok := r.batchHandler(); ok && envs[i].Seq == r.state.LastSeq+1 {
+			if run := r.pageBatch(envs[i:]); len(run) > 1 {
+				if err := r.deliverBatch(ctx, bh, run, noOffsets(len(run))); err != nil {
+					return err
+				}
+				i += len(run)
+				continue
+			}
+		}
+		if _, err := r.deliverNext(ctx, envs[i], -1, "pushed"); err != nil {
+			return err
+		}
+		i++
+	}
+	return nil
 }

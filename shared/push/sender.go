@@ -48,12 +48,21 @@ const (
 	// SenderForgetTimeout its Forget, each with a context of its own.
 	SenderLookupTimeout = 5 * time.Second
 	SenderForgetTimeout = 5 * time.Second
-	// MaxRecordsPerConn is how many records one round posts to one
-	// connection; an agent with more in a round gets a single nudge for the
-	// highest seq instead (meshd reads them from GET /v1/inbox): a burst
-	// costs one post, not hundreds in a row.
-	MaxRecordsPerConn = 20
+	// MaxFramesPerConn is how many messages one round posts to one
+	// connection. An agent's records of a round go out packed into batch
+	// frames of up to MaxMessageBytes (a lone record as itself), so a
+	// burst costs a few posts, not one per record: the posts to one
+	// connection run one after another, and one per record capped an
+	// agent's push rate at one record per post's round trip. Records that
+	// would need more frames go as one nudge for the highest seq (meshd
+	// reads them from GET /v1/inbox).
+	MaxFramesPerConn = 8
 )
+
+// batchOverhead bounds the bytes a batch frame adds to its records' values:
+// {"v":2,"seq":<up to 20 digits>,"fetch":true,"records":[...]} and a comma
+// between two values (counted with each value).
+const batchOverhead = 64
 
 // Sender copies the dispatcher's published records to their recipients'
 // live connections. It implements dispatch.Pusher: Push never blocks (a
@@ -61,11 +70,13 @@ const (
 // covers the gap from GET /v1/inbox), and one worker at a time sends what is
 // queued, round after round, so the records of a connection are posted in
 // the order they were pushed. A record larger than MaxMessageBytes is
-// queued as a nudge ({"v":2,"seq":N,"fetch":true}), as are an agent's
-// records past MaxRecordsPerConn in one round (one nudge for them all);
-// connections the relay reports gone are forgotten.
+// queued as a nudge ({"v":2,"seq":N,"fetch":true}); an agent's records of
+// one round go out in batch frames (api.PushFrame), and those past
+// MaxFramesPerConn frames as one nudge for them all; connections the relay
+// reports gone are forgotten.
 //
-// Metrics: PushSent (messages posted, nudges included), PushNudged,
+// Metrics: PushSent (messages posted, nudges and batches included),
+// PushBatched (records that went out inside batch frames), PushNudged,
 // PushDropped (records never posted: queue full, lookup or relay failure),
 // PushGone (connections found gone).
 type Sender struct {
@@ -226,7 +237,7 @@ func (s *Sender) send(round []record) {
 	// Each connection lands in exactly one call, so its messages keep their
 	// order within that call.
 	calls := make([][]Message, 0, s.Parallel)
-	nudged, conns := 0, 0
+	nudged, batched, conns := 0, 0, 0
 	for _, agent := range agents {
 		recs := byAgent[agent]
 		// Two overlapping dispatcher runs may hand one agent's records over
@@ -235,19 +246,9 @@ func (s *Sender) send(round []record) {
 		if len(targets[agent]) == 0 {
 			continue
 		}
-		var frames [][]byte
-		if len(recs) > MaxRecordsPerConn {
-			frames = [][]byte{Nudge(recs[len(recs)-1].seq)}
-			nudged++
-		} else {
-			frames = make([][]byte, len(recs))
-			for i, r := range recs {
-				frames[i] = r.value
-				if r.nudged {
-					nudged++
-				}
-			}
-		}
+		frames, n, b := framesOf(recs)
+		nudged += n
+		batched += b
 		for _, conn := range targets[agent] {
 			if len(calls) < s.Parallel {
 				calls = append(calls, nil)
@@ -289,6 +290,9 @@ func (s *Sender) send(round []record) {
 	if nudged > 0 {
 		m["PushNudged"] = float64(nudged)
 	}
+	if batched > 0 {
+		m["PushBatched"] = float64(batched)
+	}
 	if failed > 0 {
 		m["PushDropped"] = float64(failed)
 	}
@@ -324,4 +328,71 @@ var _ Directory = (*Service)(nil)
 func Nudge(seq int64) []byte {
 	b, _ := json.Marshal(api.PushFrame{V: mesh.EnvelopeVersion, Seq: seq, Fetch: true})
 	return b
+}
+
+// framesOf packs one agent's records of a round, in seq order, into the
+// frames each of its connections is posted: runs of records that fit one
+// message go as a batch frame, a run of one as the record itself (the
+// frame every meshd reads), a nudged record as its nudge. Past
+// MaxFramesPerConn frames, the last one is a nudge for the highest seq.
+// It also returns how many of the frames are nudges and how many records
+// went inside batch frames.
+func framesOf(recs []record) (frames [][]byte, nudged, batched int) {
+	type frame struct {
+		data    []byte
+		nudge   bool
+		records int // records inside, when a batch
+	}
+	var out []frame
+	var run []record
+	size := batchOverhead
+	flush := func() {
+		defer func() { run, size = nil, batchOverhead }()
+		if len(run) > 1 {
+			if f, err := batchFrame(run); err == nil {
+				out = append(out, frame{data: f, records: len(run)})
+				return
+			}
+		}
+		// A lone record goes as itself; so do records that are not JSON
+		// (the dispatcher's values always are).
+		for _, r := range run {
+			out = append(out, frame{data: r.value})
+		}
+	}
+	for _, r := range recs {
+		if r.nudged {
+			flush()
+			out = append(out, frame{data: r.value, nudge: true})
+			continue
+		}
+		if len(run) > 0 && size+len(r.value)+1 > MaxMessageBytes {
+			flush()
+		}
+		run = append(run, r)
+		size += len(r.value) + 1
+	}
+	flush()
+	if len(out) > MaxFramesPerConn {
+		out = append(out[:MaxFramesPerConn-1], frame{data: Nudge(recs[len(recs)-1].seq), nudge: true})
+	}
+	frames = make([][]byte, len(out))
+	for i, f := range out {
+		frames[i] = f.data
+		batched += f.records
+		if f.nudge {
+			nudged++
+		}
+	}
+	return frames, nudged, batched
+}
+
+// batchFrame is the batch frame of run: its values in order, seq the last
+// one's, fetch set so that a meshd that does not read batches fetches them.
+func batchFrame(run []record) ([]byte, error) {
+	vals := make([]json.RawMessage, len(run))
+	for i, r := range run {
+		vals[i] = r.value
+	}
+	return json.Marshal(api.PushFrame{V: mesh.EnvelopeVersion, Seq: run[len(run)-1].seq, Fetch: true, Records: vals})
 }

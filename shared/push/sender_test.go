@@ -116,7 +116,51 @@ func (r *recordingRelay) received(conn string) []string {
 	return out
 }
 
-func value(agent string, seq int64) []byte { return fmt.Appendf(nil, "rec-%s-%d", agent, seq) }
+// value is a record value as the dispatcher's are: a JSON object.
+func value(agent string, seq int64) []byte { return fmt.Appendf(nil, `{"rec":"%s-%d"}`, agent, seq) }
+
+// unbatch lists the records frames carried, each batch frame's records in
+// place of the frame; other frames are listed as they are.
+func unbatch(t *testing.T, frames []string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range frames {
+		recs, ok := batchOf(t, f)
+		if !ok {
+			out = append(out, f)
+			continue
+		}
+		out = append(out, recs...)
+	}
+	return out
+}
+
+// batchOf decodes frame as a batch frame: its records, and false when it
+// is not one. A batch frame must also read as a nudge for its last
+// record's seq, so a meshd that does not read batches fetches them.
+func batchOf(t *testing.T, frame string) ([]string, bool) {
+	t.Helper()
+	var f api.PushFrame
+	if json.Unmarshal([]byte(frame), &f) != nil || len(f.Records) == 0 {
+		return nil, false
+	}
+	if len(f.Records) < 2 || f.V != 2 || !f.Fetch || f.Sealed != nil || f.Bye != "" {
+		t.Fatalf("batch frame %.200q: want {v:2, seq, fetch:true, records:[2 or more]}", frame)
+	}
+	var last struct {
+		Rec string `json:"rec"`
+	}
+	recs := make([]string, len(f.Records))
+	for i, r := range f.Records {
+		recs[i] = string(r)
+	}
+	if json.Unmarshal(f.Records[len(f.Records)-1], &last) == nil && last.Rec != "" {
+		if _, seq, _ := strings.Cut(last.Rec, "-"); seq != fmt.Sprint(f.Seq) {
+			t.Fatalf("batch frame's seq is %d, want its last record's (%s)", f.Seq, last.Rec)
+		}
+	}
+	return recs, true
+}
 
 func values(agent string, from, to int64) []string {
 	var out []string
@@ -167,9 +211,10 @@ func TestSenderPostsEachConnectionItsRecordsInOrder(t *testing.T) {
 			dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1", "a2"}, "bob": {"b1"}}}
 			relay := &recordingRelay{}
 			s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &testenv.Buffer{}}, Batch: tc.batch, Parallel: 2}
-			// At most MaxRecordsPerConn per agent, so none is nudged
-			// however the records fall into rounds.
-			for seq := int64(1); seq <= push.MaxRecordsPerConn; seq++ {
+			// Small records that fit a few frames, so none is nudged
+			// however they fall into rounds.
+			const n = 40
+			for seq := int64(1); seq <= n; seq++ {
 				s.Push("alice", seq, value("alice", seq))
 				if seq <= 15 {
 					s.Push("bob", seq, value("bob", seq))
@@ -179,8 +224,8 @@ func TestSenderPostsEachConnectionItsRecordsInOrder(t *testing.T) {
 				}
 			}
 			drain(t, s)
-			for conn, want := range map[string][]string{"a1": values("alice", 1, push.MaxRecordsPerConn), "a2": values("alice", 1, push.MaxRecordsPerConn), "b1": values("bob", 1, 15)} {
-				if got := relay.received(conn); !slices.Equal(got, want) {
+			for conn, want := range map[string][]string{"a1": values("alice", 1, n), "a2": values("alice", 1, n), "b1": values("bob", 1, 15)} {
+				if got := unbatch(t, relay.received(conn)); !slices.Equal(got, want) {
 					t.Errorf("connection %s received %v, want %v", conn, got, want)
 				}
 			}
@@ -276,7 +321,7 @@ func TestSenderNeverBlocksPush(t *testing.T) {
 		}
 		close(relay.block)
 		drain(t, s)
-		if got, want := relay.received("a1"), values("alice", 1, 11); !slices.Equal(got, want) {
+		if got, want := unbatch(t, relay.received("a1")), values("alice", 1, 11); !slices.Equal(got, want) {
 			t.Fatalf("after the relay recovered a1 received %v, want %v (the dropped ones are for the inbox)", got, want)
 		}
 	})
@@ -348,10 +393,9 @@ func nudgeOf(t *testing.T, frame string) int64 {
 // record values, and a record too large for a message waits as its nudge,
 // so a burst of large records cannot take the dispatcher's memory.
 func TestSenderQueueIsBoundedByBytes(t *testing.T) {
+	// rec is a JSON record value of 100 bytes.
 	rec := func(seq int64) []byte {
-		b := bytes.Repeat([]byte("x"), 100)
-		copy(b, fmt.Sprintf("%04d", seq))
-		return b
+		return fmt.Appendf(nil, `{"seq":"%04d","pad":"%s"}`, seq, strings.Repeat("x", 100-len(`{"seq":"0000","pad":""}`)))
 	}
 	t.Run("past QueueBytes of waiting records, Push drops and counts", func(t *testing.T) {
 		dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1"}}}
@@ -368,7 +412,7 @@ func TestSenderQueueIsBoundedByBytes(t *testing.T) {
 		if n := metricSum(t, sink.String(), "PushDropped"); n != 5 {
 			t.Fatalf("PushDropped summed to %v, want the 5 records over the byte bound", n)
 		}
-		if got := relay.received("a1"); len(got) != 11 || got[10][:4] != "0011" {
+		if got := unbatch(t, relay.received("a1")); len(got) != 11 || !strings.Contains(got[10], `"0011"`) {
 			t.Fatalf("a1 received %d records, want seq 1 to 11", len(got))
 		}
 	})
@@ -392,34 +436,77 @@ func TestSenderQueueIsBoundedByBytes(t *testing.T) {
 	})
 }
 
-// TestSenderNudgesABurstInsteadOfPostingItAll: an agent with more than
-// MaxRecordsPerConn records in one round gets one nudge for the highest
-// seq on each connection (meshd reads the rest from the inbox), not
-// hundreds of posts in a row; an agent within the bound gets its records.
-func TestSenderNudgesABurstInsteadOfPostingItAll(t *testing.T) {
-	dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1", "a2"}, "bob": {"b1"}}}
-	relay := &recordingRelay{block: make(chan struct{}), entered: make(chan struct{}, 1)}
-	var sink testenv.Buffer
-	s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &sink}}
-	s.Push("bob", 1, value("bob", 1))
-	<-relay.entered // the first round holds bob's seq 1; the rest wait for the next
-	last := int64(push.MaxRecordsPerConn + 1)
-	for seq := int64(1); seq <= last; seq++ {
-		s.Push("alice", seq, value("alice", seq))
+// TestSenderPacksABurstIntoBatchFrames: an agent's records of one round go
+// out in batch frames of at most MaxMessageBytes, not one post per record;
+// past MaxFramesPerConn frames the rest is one nudge for the highest seq
+// (meshd reads it from the inbox); a lone record goes as itself.
+func TestSenderPacksABurstIntoBatchFrames(t *testing.T) {
+	// sized is a JSON record value of exactly size bytes.
+	sized := func(agent string, seq int64, size int) []byte {
+		v := value(agent, seq)
+		pad := size - len(v) - len(`,"pad":""`)
+		return append(v[:len(v)-1], fmt.Appendf(nil, `,"pad":"%s"}`, strings.Repeat("p", pad))...)
 	}
-	for seq := int64(2); seq <= push.MaxRecordsPerConn+1; seq++ {
-		s.Push("bob", seq, value("bob", seq))
+	tests := []struct {
+		name       string
+		records    int
+		size       int
+		wantFrames int // frames per connection
+		wantNudge  int64
+	}{
+		{"three hundred small records go in the few frames they fill, in seq order", 300, 1000, 3, 0},
+		{"records that would need more than MaxFramesPerConn frames end in one nudge for the last seq", 30, 40 << 10, push.MaxFramesPerConn, 30},
+		{"records that fill a frame to its last byte stay within MaxMessageBytes", 6, (push.MaxMessageBytes-64)/2 - 1, 3, 0},
+		{"two records that would overflow a frame only by its envelope go in two", 2, (push.MaxMessageBytes-10)/2 - 1, 2, 0},
 	}
-	close(relay.block)
-	drain(t, s)
-	for _, conn := range []string{"a1", "a2"} {
-		got := relay.received(conn)
-		if len(got) != 1 || nudgeOf(t, got[0]) != last {
-			t.Fatalf("%s received %d frames, want one nudge for seq %d", conn, len(got), last)
-		}
-	}
-	if got := relay.received("b1"); !slices.Equal(got, values("bob", 1, push.MaxRecordsPerConn+1)) {
-		t.Fatalf("b1 received %v, want its records verbatim (at most MaxRecordsPerConn a round)", got)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := &fakeDirectory{conns: map[string][]string{"alice": {"a1", "a2"}, "bob": {"b1"}}}
+			relay := &recordingRelay{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+			var sink testenv.Buffer
+			s := &push.Sender{Directory: dir, Relay: relay, Metrics: &metrics.Sink{W: &sink}}
+			s.Push("bob", 1, value("bob", 1))
+			<-relay.entered // the first round holds bob's seq 1; the burst waits for the next
+			var want []string
+			for seq := int64(1); seq <= int64(tc.records); seq++ {
+				v := sized("alice", seq, tc.size)
+				s.Push("alice", seq, v)
+				want = append(want, string(v))
+			}
+			close(relay.block)
+			drain(t, s)
+			for _, conn := range []string{"a1", "a2"} {
+				got := relay.received(conn)
+				if len(got) != tc.wantFrames {
+					t.Fatalf("%s received %d frames, want %d", conn, len(got), tc.wantFrames)
+				}
+				for i, f := range got {
+					if len(f) > push.MaxMessageBytes {
+						t.Fatalf("%s frame %d is %d bytes, over MaxMessageBytes", conn, i, len(f))
+					}
+				}
+				recs := got
+				if tc.wantNudge != 0 {
+					if seq := nudgeOf(t, got[len(got)-1]); seq != tc.wantNudge {
+						t.Fatalf("%s's last frame nudges seq %d, want %d", conn, seq, tc.wantNudge)
+					}
+					recs = got[:len(got)-1]
+				}
+				carried := unbatch(t, recs)
+				if !slices.Equal(carried, want[:len(carried)]) {
+					t.Fatalf("%s's frames carry %d records, not alice's first ones in seq order", conn, len(carried))
+				}
+				if tc.wantNudge == 0 && len(carried) != tc.records {
+					t.Fatalf("%s's frames carry %d records, want all %d", conn, len(carried), tc.records)
+				}
+			}
+			if got := relay.received("b1"); !slices.Equal(got, values("bob", 1, 1)) {
+				t.Fatalf("b1 received %v, want its lone record as it is", got)
+			}
+			if n := metricSum(t, sink.String(), "PushNudged"); n != float64(min(tc.wantNudge, 1)) {
+				t.Fatalf("PushNudged summed to %v, want %d", n, min(tc.wantNudge, 1))
+			}
+		})
 	}
 }
 
