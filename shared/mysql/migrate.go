@@ -453,22 +453,9 @@ WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCE
 		case !strings.EqualFold(security, "INVOKER"):
 			problems = append(problems, fmt.Sprintf("procedure %s runs as its %s, want INVOKER", r.name, security))
 		}
-		rows, err := conn.QueryContext(ctx, `SELECT PARAMETER_NAME FROM information_schema.PARAMETERS
+		got, err := QueryStrings(ctx, conn, `SELECT PARAMETER_NAME FROM information_schema.PARAMETERS
 WHERE SPECIFIC_SCHEMA = DATABASE() AND SPECIFIC_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE' ORDER BY ORDINAL_POSITION`, r.name)
 		if err != nil {
-			return err
-		}
-		var got []string
-		for rows.Next() {
-			var p string
-			if err := rows.Scan(&p); err != nil {
-				rows.Close()
-				return err
-			}
-			got = append(got, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if !slices.EqualFunc(got, r.params, strings.EqualFold) {

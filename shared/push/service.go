@@ -372,11 +372,11 @@ func (s *Service) forget(ctx context.Context, connectionIDs []string, olderThan 
 // are closed and forgotten. At most ExpireBatch of each per run.
 func (s *Service) Expire(ctx context.Context) error {
 	now := s.now()
-	expired, err := s.ids(ctx, "SELECT connection_id FROM push_connections WHERE expires_at < ? ORDER BY expires_at LIMIT ?", now.Add(-ExpireGrace), ExpireBatch)
+	expired, err := mysql.QueryStrings(ctx, s.DB, "SELECT connection_id FROM push_connections WHERE expires_at < ? ORDER BY expires_at LIMIT ?", now.Add(-ExpireGrace), ExpireBatch)
 	if err != nil {
 		return err
 	}
-	revoked, err := s.ids(ctx, `SELECT c.connection_id FROM push_connections c JOIN api_keys k ON k.key_id = c.key_id
+	revoked, err := mysql.QueryStrings(ctx, s.DB, `SELECT c.connection_id FROM push_connections c JOIN api_keys k ON k.key_id = c.key_id
 WHERE k.revoked_at IS NOT NULL ORDER BY c.connection_id LIMIT ?`, ExpireBatch)
 	if err != nil {
 		return err
@@ -397,7 +397,7 @@ func (s *Service) CloseKeys(ctx context.Context, keyIDs []string) error {
 		// Each agent holds at most MaxConnsPerAgent rows; the limit only
 		// bounds a pathological table, and the janitor takes any rest.
 		args = append(args, ExpireBatch)
-		ids, err := s.ids(ctx, "SELECT connection_id FROM push_connections WHERE key_id IN ("+mysql.Placeholders(len(chunk))+") ORDER BY connection_id LIMIT ?", args...)
+		ids, err := mysql.QueryStrings(ctx, s.DB, "SELECT connection_id FROM push_connections WHERE key_id IN ("+mysql.Placeholders(len(chunk))+") ORDER BY connection_id LIMIT ?", args...)
 		if err != nil {
 			return err
 		}
@@ -471,24 +471,6 @@ func (s *Service) byeAndClose(ctx context.Context, conns []string, reason string
 func ByeFrame(reason string) []byte {
 	b, _ := json.Marshal(api.PushFrame{V: mesh.EnvelopeVersion, Bye: reason})
 	return b
-}
-
-// ids runs a query selecting one string column.
-func (s *Service) ids(ctx context.Context, query string, args ...any) ([]string, error) {
-	rows, err := s.DB.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
 }
 
 // execer is *sql.DB, *sql.Tx or *mysql.DB.
