@@ -71,16 +71,20 @@ func fillAgents(t *testing.T, db *mysql.DB, n int, lastSeq int64) {
 	}
 }
 
-// fillEvents adds n events over r recipients with the given delivery.
-func fillEvents(t *testing.T, db *mysql.DB, n, r int, delivery string, sentAt any) {
+// fillEvents adds n pending events over r recipients, queued for the
+// dispatcher as outbox.Append writes them, to a fresh database.
+func fillEvents(t *testing.T, db *mysql.DB, n, r int) {
 	at := time.Now().UTC().Add(-time.Hour)
 	for off := 0; off < n; off += 100_000 {
-		if _, err := db.Exec(scaleEventsSQL, r, r, at, delivery, sentAt, off, n); err != nil {
+		if _, err := db.Exec(scaleEventsSQL, r, r, at, outbox.SentDelivery, at, off, n); err != nil {
 			t.Fatal(err)
 		}
 		if off%500_000 == 0 && off > 0 {
 			say("scale:   %d of %d rows", off, n)
 		}
+	}
+	if _, err := db.Exec("INSERT INTO outbox_queue (recipient, seq) SELECT recipient, seq FROM outbox_events"); err != nil {
+		t.Fatal(err)
 	}
 	// A live table's index statistics are current (InnoDB recounts them in
 	// the background after a tenth of its rows change); a bulk load of this
@@ -202,7 +206,7 @@ func measureScale(t *testing.T, r *Results) {
 		say("scale: %d pending events over %d recipients", pending, rc)
 		db, dsn := scaleDB(t)
 		fillAgents(t, db, rc, int64(pending/rc))
-		fillEvents(t, db, pending, rc, "pending", nil)
+		fillEvents(t, db, pending, rc)
 		pdb, p := proxied(t, dsn)
 		var sent int
 		job := func(db *mysql.DB) error {
@@ -230,7 +234,7 @@ func measureScale(t *testing.T, r *Results) {
 	say("scale: the same jobs at %d events, %d agents and tasks", small, small/10)
 	db, dsn := scaleDB(t)
 	fillAgents(t, db, small/10, 10)
-	fillEvents(t, db, small, 10, "pending", nil)
+	fillEvents(t, db, small, 10)
 	pdb, p := proxied(t, dsn)
 	inboxCase(t, r, db, p, pdb, small, 10)
 	janitorCase(t, r, db, p, pdb, small)
@@ -261,7 +265,10 @@ func inboxCase(t *testing.T, r *Results, db *mysql.DB, p *countingProxy, pdb *my
 // batch.
 func janitorCase(t *testing.T, r *Results, db *mysql.DB, p *countingProxy, pdb *mysql.DB, n int) {
 	say("scale: marking %d events sent two days ago", n)
-	if _, err := db.Exec("UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending'", time.Now().UTC().Add(-48*time.Hour)); err != nil {
+	if _, err := db.Exec("UPDATE outbox_events SET sent_at = ?", time.Now().UTC().Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM outbox_queue"); err != nil {
 		t.Fatal(err)
 	}
 	took, plan := timeJob(t, db, p, pdb, 3, func(db *mysql.DB) error {

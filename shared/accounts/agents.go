@@ -65,8 +65,8 @@ WHERE x.account_id = ? AND x.agent_id > ? ORDER BY x.agent_id LIMIT ?`, acc.Acco
 	}
 	for i := range list {
 		v := &list[i]
-		if err := s.DB.QueryRowContext(ctx, `SELECT COALESCE(SUM(delivery = 'pending'), 0), COALESCE(SUM(delivery = 'failed'), 0)
-FROM outbox_events WHERE delivery IN ('pending', 'failed') AND recipient = ?`, v.AgentID).Scan(&v.Pending, &v.DeadLetters); err != nil {
+		if err := s.DB.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM outbox_queue WHERE recipient = ?) + COALESCE(SUM(delivery = 'pending'), 0), COALESCE(SUM(delivery = 'failed'), 0)
+FROM outbox_events WHERE delivery IN ('pending', 'failed') AND recipient = ?`, v.AgentID, v.AgentID).Scan(&v.Pending, &v.DeadLetters); err != nil {
 			return nil, "", err
 		}
 		if v.Keys, err = s.keys(ctx, v.AgentID); err != nil {

@@ -271,6 +271,8 @@ func (s *Service) leaveGroups(ctx context.Context, tx *sql.Tx, agentID string, n
 // ranges: its inbox and idempotency keys, then the small per-agent rows.
 func (s *Service) purgeAgent(ctx context.Context, agentID string) error {
 	for _, q := range []string{
+		// The queue first: a queued event is never without its row.
+		"DELETE FROM outbox_queue WHERE recipient = ? ORDER BY seq LIMIT ?",
 		"DELETE FROM outbox_events WHERE recipient = ? ORDER BY seq LIMIT ?",
 		"DELETE FROM idempotency_keys WHERE sender = ? ORDER BY message_id LIMIT ?",
 	} {

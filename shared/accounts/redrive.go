@@ -8,6 +8,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/api"
 	"github.com/agentmesh/agentmesh/shared/identity"
 	"github.com/agentmesh/agentmesh/shared/mesh"
+	"github.com/agentmesh/agentmesh/shared/outbox"
 )
 
 // DeadLetter is an event the dispatcher gave up on.
@@ -33,12 +34,13 @@ func RequireOperator(acc Account) error {
 // maxDeadLettersShown bounds the dead letters listed by OutboxHealth.
 const maxDeadLettersShown = 50
 
-// Health reads the outbox's health. The counts use the (delivery, ...)
-// indexes: only pending and failed rows are read, never the sent bulk.
+// Health reads the outbox's health. Only pending and failed events are
+// read (the queue, and the (delivery, ...) indexes), never the sent bulk.
 func (s *Service) Health(ctx context.Context) (OutboxHealth, error) {
 	h := OutboxHealth{Recent: []DeadLetter{}, Backlog: []Backlog{}}
 	var oldest sql.NullTime
-	if err := s.DB.QueryRowContext(ctx, "SELECT COUNT(*), MIN(occurred_at) FROM outbox_events WHERE delivery = 'pending'").Scan(&h.Pending, &oldest); err != nil {
+	if err := s.DB.QueryRowContext(ctx, "SELECT COUNT(*), MIN(e.occurred_at) FROM "+outbox.PendingEventsSQL+
+		" p JOIN outbox_events e ON e.recipient = p.recipient AND e.seq = p.seq").Scan(&h.Pending, &oldest); err != nil {
 		return h, err
 	}
 	if oldest.Valid {
@@ -70,7 +72,7 @@ WHERE delivery = 'failed' ORDER BY recipient, seq LIMIT ?`, maxDeadLettersShown)
 	if err := rows.Err(); err != nil {
 		return h, err
 	}
-	rows, err = s.DB.QueryContext(ctx, `SELECT recipient, COUNT(*) AS n FROM outbox_events WHERE delivery = 'pending'
+	rows, err = s.DB.QueryContext(ctx, `SELECT recipient, COUNT(*) AS n FROM `+outbox.PendingEventsSQL+` p
 GROUP BY recipient ORDER BY n DESC, recipient LIMIT 10`)
 	if err != nil {
 		return h, err
@@ -95,7 +97,8 @@ const MaxRedriveRecipients = 100
 
 // Redrive puts the dead letters of recipient ("" for every recipient, up to
 // MaxRedriveRecipients) back to pending, with the recipient's backoff reset,
-// so the dispatcher publishes them again. Order holds: a recipient's dead
+// so the dispatcher publishes them again (it queues them before the
+// recipient's queued events, see outbox.PendingEventsSQL). Order holds: a recipient's dead
 // letters are older than any of its pending events, and the dispatcher
 // publishes a recipient's pending events in seq order. Each recipient is
 // requeued in one transaction holding its dispatch_state row, the lock a

@@ -285,6 +285,9 @@ func TestTheConsoleInChromium(t *testing.T) {
 	})
 
 	t.Run("the operator redrives a dead letter from the outbox page", func(t *testing.T) {
+		if _, err := db.Exec("DELETE FROM outbox_queue WHERE recipient = 'browser-bot'"); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := db.Exec("UPDATE outbox_events SET delivery = 'failed', last_error = 'broker refused the record', sent_at = UTC_TIMESTAMP(6) WHERE recipient = 'browser-bot'"); err != nil {
 			t.Fatal(err)
 		}

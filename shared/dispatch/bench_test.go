@@ -64,7 +64,7 @@ func BenchmarkDispatcherDrain(b *testing.B) {
 			}
 			b.StopTimer()
 			var pending int
-			if err := db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE delivery = 'pending'").Scan(&pending); err != nil {
+			if err := db.QueryRow("SELECT COUNT(*) FROM outbox_queue").Scan(&pending); err != nil {
 				b.Fatal(err)
 			}
 			if pending != 0 {

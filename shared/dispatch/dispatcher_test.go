@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,8 +180,7 @@ func (f *dispFixture) waitUnheld(t *testing.T, recipient string) {
 
 func (f *dispFixture) deliveries(t *testing.T, recipient string) map[string]int {
 	t.Helper()
-	// RTRIM: a settled row stores outbox.SentDelivery, "sent" padded.
-	rows, err := f.db.Query("SELECT RTRIM(delivery), COUNT(*) FROM outbox_events WHERE recipient = ? GROUP BY delivery", recipient)
+	rows, err := f.db.Query("SELECT "+outbox.DeliveryOfSQL+" AS d, COUNT(*) FROM outbox_events e LEFT JOIN outbox_queue q ON q.recipient = e.recipient AND q.seq = e.seq WHERE e.recipient = ? GROUP BY d", recipient)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +253,22 @@ func TestDispatcher(t *testing.T) {
 		}
 	})
 
-	t.Run("a settled row keeps the length of a pending one, so the settle rewrites it in place", func(t *testing.T) {
+	t.Run("an event still marked pending in its row is queued, published in order with the queued ones, and rewritten in place", func(t *testing.T) {
 		f := newDispFixture(t, 1)
 		f.agents(t, "alice", "bob")
 		f.send(t, "alice", "bob", 3)
+		// Seqs 1-2 as a function of the previous version (or a redrive)
+		// leaves them: marked pending, not queued; seq 3 queued.
+		if _, err := f.db.Exec("UPDATE outbox_events SET delivery = 'pending' WHERE recipient = 'bob' AND seq <= 2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.db.Exec("DELETE FROM outbox_queue WHERE recipient = 'bob' AND seq <= 2"); err != nil {
+			t.Fatal(err)
+		}
 		f.drain(t, f.dispatcher(nil, nil))
+		if got := f.seqsOnKafka(t, 1, 3)["bob"]; !slices.Equal(got, []int64{1, 2, 3}) {
+			t.Fatalf("bob's records carry seqs %v, want 1, 2, 3", got)
+		}
 		var settled, grown int
 		if err := f.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(LENGTH(delivery) <> LENGTH('pending')), 0) FROM outbox_events WHERE delivery = 'sent'").Scan(&settled, &grown); err != nil {
 			t.Fatal(err)
@@ -265,35 +276,52 @@ func TestDispatcher(t *testing.T) {
 		if settled != 3 || grown != 0 {
 			t.Fatalf("%d rows sent, %d of them with a delivery value of another length than 'pending'", settled, grown)
 		}
+		if dl := f.deliveries(t, "bob"); dl["sent"] != 3 || len(dl) != 1 {
+			t.Fatalf("bob's outbox deliveries %v, want all 3 sent", dl)
+		}
 	})
 
-	t.Run("a batch larger than one settle statement marks every event it published sent, and only those", func(t *testing.T) {
+	t.Run("a batch of more recipients than one settle text takes every event it published out of the queue, and only those", func(t *testing.T) {
 		f := newDispFixture(t, 1)
-		f.agents(t, "alice", "bob", "carol")
-		n := 2*dispatch.MarkSentChunk + 1 // three settle statements
+		n := 2*dispatch.MarkSentChunk + 1 // three settle texts
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("r-%03d", i)
+		}
+		f.agents(t, append(ids, "zed")...)
 		events := make([]outbox.Event, n)
 		for i := range events {
-			events[i] = outbox.Event{Type: mesh.EventMessage, To: "bob", From: "alice", TaskID: "t-bob", ContextID: "c-bob",
+			events[i] = outbox.Event{Type: mesh.EventMessage, To: ids[i], From: "zed", TaskID: "t-" + ids[i], ContextID: "c-" + ids[i],
 				MessageID: fmt.Sprintf("m-%d", i), OccurredAt: f.clock.Now(), Body: json.RawMessage(`{"text":"hi"}`)}
 		}
 		if err := f.db.InTx(context.Background(), func(tx *sql.Tx) error { return outbox.Append(context.Background(), tx, events) }); err != nil {
 			t.Fatal(err)
 		}
-		f.send(t, "bob", "carol", 1) // a later recipient's event, left for the next batch
+		f.send(t, ids[0], "zed", 1) // a later recipient's event, left for the next batch
 		d := f.dispatcher(nil, nil)
-		d.Recipients = 1
+		d.Recipients = n
 		st, err := d.RunOnce(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Recipients != 1 || st.Sent != n {
-			t.Fatalf("batch %+v, want bob's %d events sent", st, n)
+		if st.Recipients != n || st.Sent != n {
+			t.Fatalf("batch %+v, want the %d recipients' events sent", st, n)
 		}
-		if dl := f.deliveries(t, "bob"); dl["sent"] != n || len(dl) != 1 {
-			t.Fatalf("bob's outbox deliveries %v, want all %d sent", dl, n)
+		var queued []string
+		rows, err := f.db.Query("SELECT recipient FROM outbox_queue")
+		if err != nil {
+			t.Fatal(err)
 		}
-		if dl := f.deliveries(t, "carol"); dl["pending"] != 1 || len(dl) != 1 {
-			t.Fatalf("carol's outbox deliveries %v, want her one event still pending", dl)
+		for rows.Next() {
+			var r string
+			if err := rows.Scan(&r); err != nil {
+				t.Fatal(err)
+			}
+			queued = append(queued, r)
+		}
+		rows.Close()
+		if !slices.Equal(queued, []string{"zed"}) {
+			t.Fatalf("queued after the batch: %v, want only zed's event", queued)
 		}
 	})
 
@@ -351,7 +379,7 @@ func TestDispatcher(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			var pending int
-			_ = f.db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE delivery = 'pending'").Scan(&pending)
+			_ = f.db.QueryRow("SELECT COUNT(*) FROM outbox_queue").Scan(&pending)
 			if pending == 0 {
 				break
 			}

@@ -30,6 +30,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
 	"github.com/agentmesh/agentmesh/shared/mysql/mysqltest"
+	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/seal"
 	"github.com/agentmesh/agentmesh/shared/tasks"
 	"github.com/agentmesh/agentmesh/shared/tasks/taskshttp"
@@ -364,7 +365,7 @@ func TestARunKeepsDeliveringAcrossADatabaseOutage(t *testing.T) {
 	sent := func(seq int) func() bool {
 		return func() bool {
 			var n int
-			_ = db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE recipient = 'bob' AND seq = ? AND delivery = 'sent'", seq).Scan(&n)
+			_ = db.QueryRow("SELECT COUNT(*) FROM outbox_events e LEFT JOIN outbox_queue q ON q.recipient = e.recipient AND q.seq = e.seq WHERE e.recipient = 'bob' AND e.seq = ? AND "+outbox.DeliveryOfSQL+" = 'sent'", seq).Scan(&n)
 			return n == 1
 		}
 	}
@@ -575,7 +576,7 @@ func TestKafkaFaults(t *testing.T) {
 
 		sentCount := func() int {
 			var n int
-			_ = f.db.QueryRow("SELECT COUNT(*) FROM outbox_events WHERE delivery = 'sent'").Scan(&n)
+			_ = f.db.QueryRow("SELECT COUNT(*) FROM outbox_events e LEFT JOIN outbox_queue q ON q.recipient = e.recipient AND q.seq = e.seq WHERE " + outbox.DeliveryOfSQL + " = 'sent'").Scan(&n)
 			return n
 		}
 		if !waitUntil(10*time.Second, func() bool { return sentCount() >= 20 }) {

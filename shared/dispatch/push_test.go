@@ -14,6 +14,7 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mesh"
 	"github.com/agentmesh/agentmesh/shared/metrics"
 	"github.com/agentmesh/agentmesh/shared/mysql"
+	"github.com/agentmesh/agentmesh/shared/outbox"
 	"github.com/agentmesh/agentmesh/shared/testenv"
 )
 
@@ -57,7 +58,7 @@ func (p *recordingPusher) Push(agent string, seq int64, value []byte) {
 	}
 	h := handed{agent: agent, seq: seq, value: value}
 	if p.db != nil {
-		_ = p.db.QueryRow("SELECT RTRIM(delivery) FROM outbox_events WHERE recipient = ? AND seq = ?", agent, seq).Scan(&h.delivery)
+		_ = p.db.QueryRow("SELECT "+outbox.DeliveryOfSQL+" FROM outbox_events e LEFT JOIN outbox_queue q ON q.recipient = e.recipient AND q.seq = e.seq WHERE e.recipient = ? AND e.seq = ?", agent, seq).Scan(&h.delivery)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -157,8 +158,8 @@ func TestDispatcherHandsPublishedRecordsToThePusher(t *testing.T) {
 		// alice settles first (recipients are held in key order), then
 		// bob's settle fails and the whole batch rolls back.
 		// sqlgrammar:ignore: a test fixture's trigger, beyond the grammar check's parser
-		if _, err := f.db.Exec(`CREATE TRIGGER fail_bob BEFORE UPDATE ON outbox_events FOR EACH ROW
-BEGIN IF NEW.recipient = 'bob' AND NEW.delivery = 'sent' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected commit failure'; END IF; END`); err != nil {
+		if _, err := f.db.Exec(`CREATE TRIGGER fail_bob BEFORE DELETE ON outbox_queue FOR EACH ROW
+BEGIN IF OLD.recipient = 'bob' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected commit failure'; END IF; END`); err != nil {
 			t.Fatal(err)
 		}
 		p := &recordingPusher{db: f.db}

@@ -82,7 +82,7 @@ func OpenSendGate(ctx context.Context, q Querier, from, to, keyID string) (SendG
 }
 
 // SendProcedureArgs are the first nine arguments of the send procedure
-// (send_new_task_v1, migrations/0012_send_procedure.sql), the ones that run
+// (send_new_task_v2, migrations/0013_outbox_queue.sql), the ones that run
 // TakeRateBumping's spend and OpenSendGate's checks inside it: from and to,
 // the two agents in the lock order OpenSendGate keeps (lo, hi, and whether
 // to is lo, ordered here so that no comparison in SQL depends on a

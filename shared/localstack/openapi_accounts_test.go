@@ -133,6 +133,9 @@ func runAccountScenario(t *testing.T, c *conformance, adminKey string, db *mysql
 	// ---- the operator's outbox ----
 	as("ada looks at the outbox", "GET", "/v1/account/outbox", nil, 403, "operator_only")
 	c.do(call{Who: "the operator looks at the outbox", Method: "GET", Path: "/v1/account/outbox", Cookie: ops, Want: 200})
+	if _, err := db.Exec("DELETE FROM outbox_queue WHERE recipient = 'ada-bot'"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.Exec("UPDATE outbox_events SET delivery = 'failed', last_error = 'test', sent_at = UTC_TIMESTAMP(6) WHERE recipient = 'ada-bot'"); err != nil {
 		t.Fatal(err)
 	}

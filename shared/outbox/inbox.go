@@ -29,11 +29,14 @@ const (
 )
 
 // Both statements below are served by the unique key outbox_recipient_seq
-// (recipient, seq): a range read from after+1 in seq order, and a MIN over
+// (recipient, seq): a range read from after+1 in seq order (each event
+// pending while its queue row is there, see SentDelivery), and a MIN over
 // one recipient's prefix. Neither ever scans another recipient's rows.
 const (
-	readInboxSQL = `SELECT seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, trace_id, body, occurred_at, RTRIM(delivery)
-FROM outbox_events WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?`
+	readInboxSQL = `SELECT e.seq, e.event_id, e.type, e.sender, e.task_id, e.context_id, e.group_id, e.message_id, e.key_epoch, e.trace_id, e.body, e.occurred_at,
+` + DeliveryOfSQL + `
+FROM outbox_events e LEFT JOIN outbox_queue q ON q.recipient = e.recipient AND q.seq = e.seq
+WHERE e.recipient = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`
 
 	// oldestSeqSQL runs as one statement so MIN(seq) and the counter come
 	// from the same snapshot: when nothing is held any more, the answer is

@@ -14,18 +14,26 @@ import (
 // batches, so the outbox (which is also the inbox log) does not grow forever.
 //
 // What it deletes and why:
-//   - delivery='sent' rows whose sent_at is older than Retention;
+//   - delivered rows (delivery 'sent' and no longer queued) whose sent_at is
+//     older than Retention. An event is written with its occurred_at as
+//     sent_at (see insertEventsSQL), so retention counts from the event's
+//     time: the dispatcher publishes it within a second or so, and not
+//     rewriting every published row is what makes its settle cheap (the
+//     migration 0013_outbox_queue.sql). Rows settled before that hold their
+//     settle time;
 //   - delivery='failed' (dead-lettered) rows once their settle time, stored
 //     in sent_at, is older than Retention: a dead letter stays readable for
 //     as long as a delivered event does. A dead letter without sent_at is
 //     kept for good: deleting it by occurred_at could remove seq k while
 //     k-1, settled later, is still held;
-//   - pending rows never: they have not reached Kafka yet.
+//   - pending rows never (queued, or still marked pending): they have not
+//     reached Kafka yet.
 //
-// Per recipient the dispatcher settles rows in seq order, so settle times
-// grow with seq and each deletion removes a prefix of the recipient's seqs:
-// the inbox holds the contiguous range oldest_seq..last (a dead letter
-// without sent_at is the one exception: it may outlive its neighbours).
+// Per recipient, event times follow seq (up to the few milliseconds two
+// concurrent sends can take to commit) and dead letters are settled in seq
+// order, so each deletion removes a prefix of the recipient's seqs: the
+// inbox holds the contiguous range oldest_seq..last (a dead letter without
+// sent_at is the one exception: it may outlive its neighbours).
 type Janitor struct {
 	DB        *mysql.DB
 	Clock     mesh.Clock
@@ -39,16 +47,16 @@ type Janitor struct {
 }
 
 // Both selects walk the index outbox_sent_age (delivery, sent_at) from its
-// oldest entry, read no table rows (the primary key id is in the index) and
-// lock nothing. The delete then locks exactly the chosen rows by primary key,
-// re-checking the conditions, so it takes no gap locks that would stall the
-// dispatcher marking new rows sent. A pending row's sent_at is only a
-// placeholder (its occurred_at, see insertEventsSQL): the delivery
-// conditions are what keep it.
+// oldest entry, read no table rows but a queued event's queue row (the
+// primary key id is in the index) and lock nothing. The delete then locks
+// exactly the chosen rows by primary key, re-checking the conditions, so it
+// takes no gap locks that would stall the dispatcher. A queued event is
+// skipped by both; one still marked pending is not 'sent'.
 const (
-	oldSentSQL     = `SELECT id FROM outbox_events WHERE delivery = 'sent' AND sent_at < ? ORDER BY sent_at LIMIT ?`
+	notQueued      = `NOT EXISTS (SELECT 1 FROM outbox_queue q WHERE q.recipient = outbox_events.recipient AND q.seq = outbox_events.seq)`
+	oldSentSQL     = `SELECT id FROM outbox_events WHERE delivery = 'sent' AND sent_at < ? AND ` + notQueued + ` ORDER BY sent_at LIMIT ?`
 	oldFailedSQL   = `SELECT id FROM outbox_events WHERE delivery = 'failed' AND sent_at < ? ORDER BY sent_at LIMIT ?`
-	deleteSettled  = `DELETE FROM outbox_events WHERE id IN (?) AND delivery IN ('sent', 'failed') AND sent_at < ?`
+	deleteSettled  = `DELETE FROM outbox_events WHERE id IN (?) AND delivery IN ('sent', 'failed') AND sent_at < ? AND ` + notQueued
 	defaultJanitor = 500
 )
 

@@ -17,6 +17,9 @@ func settle(t *testing.T, db *mysql.DB, recipient string, seq int64, delivery st
 	if _, err := db.Exec("UPDATE outbox_events SET delivery = ?, sent_at = ? WHERE recipient = ? AND seq = ?", delivery, sentAt, recipient, seq); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := db.Exec("DELETE FROM outbox_queue WHERE recipient = ? AND seq = ?", recipient, seq); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestJanitor(t *testing.T) {

@@ -22,18 +22,29 @@ import (
 	"github.com/agentmesh/agentmesh/shared/mysql"
 )
 
-// SentDelivery is the delivery value the dispatcher stores when it settles
-// a row: "sent" padded with spaces to the length of "pending". InnoDB
-// rewrites a clustered record in place only when no field changes its
-// length; 'pending' to 'sent' shrank the VARCHAR, so every settle moved the
-// whole row, body and all, within its page and wrote it to the redo log
-// again (the dispatcher alone, 30,000 events, runs alternated with the
-// unpadded value: at 1,000 recipients 18,586 -> 23,677 events/s, at 1 and
-// 50 within the noise). The column's collation, ascii_bin, is PAD
-// SPACE on MariaDB and on MySQL 8.0 alike, so delivery = 'sent' matches
-// this value and the unpadded 'sent' of rows settled before it; a read that
-// hands the value out trims it (RTRIM).
+// SentDelivery is the delivery an event is written with, its state once
+// the dispatcher has published it; while it waits for that, its row in
+// outbox_queue makes it pending (see the migration 0013_outbox_queue.sql),
+// and a dead letter's becomes 'failed'. It is "sent" padded with spaces to
+// the length of "pending", the value rows of earlier versions were written
+// with and a redrive still writes, so the dispatcher that queues such a row
+// rewrites it in place (InnoDB moves a clustered record whose field changes
+// length). The column's collation, ascii_bin, is PAD SPACE on MariaDB and
+// on MySQL 8.0 alike, so delivery = 'sent' matches this value and the
+// unpadded 'sent' of older rows; a read that hands the value out trims it.
 const SentDelivery = "sent   "
+
+// PendingEventsSQL is every pending event as a derived table of (recipient,
+// seq): the queued ones and those still marked pending in outbox_events
+// (written by an earlier version, or redriven), which the dispatcher
+// queues when it next takes their recipient.
+const PendingEventsSQL = `(SELECT recipient, seq FROM outbox_queue UNION ALL SELECT recipient, seq FROM outbox_events WHERE delivery = 'pending')`
+
+// DeliveryOfSQL is an event's delivery state (pending, sent or failed) in
+// a query of outbox_events e LEFT JOIN outbox_queue q ON q.recipient =
+// e.recipient AND q.seq = e.seq: pending while it is queued, else as
+// stored (trimmed, see SentDelivery).
+const DeliveryOfSQL = `IF(q.seq IS NULL, RTRIM(e.delivery), 'pending')`
 
 // Event is one event to append for a recipient. Seq and EventID are filled by
 // Append.
@@ -79,14 +90,14 @@ WHERE recipient IN (?) ORDER BY recipient`
 	// friend requests) lock agents rows exclusively, and none of them goes on
 	// to lock a counter, so waiting here cannot close a cycle.
 	readEpochsSQL = `SELECT agent_id, key_epoch FROM agents WHERE agent_id IN (?) LOCK IN SHARE MODE`
-	// A pending event's sent_at holds its occurred_at, a placeholder of the
-	// settle time's size: the dispatcher's settle then overwrites the value
-	// in place, where a NULL made every settled row grow and move within its
-	// page, which doubled the settle's time (make bench's relay stage).
-	// Nothing reads a pending row's sent_at.
+	// An event is written with its final delivery and its occurred_at as
+	// sent_at (the time retention counts from), and queued for the
+	// dispatcher: publishing it then deletes its queue row and leaves the
+	// event as it is (see SentDelivery).
 	insertEventsSQL = `INSERT INTO outbox_events
-(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at, sent_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+(recipient, seq, event_id, type, sender, task_id, context_id, group_id, message_id, key_epoch, body, trace_id, occurred_at, sent_at, delivery)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '` + SentDelivery + `')`
+	insertQueueSQL  = `INSERT INTO outbox_queue (recipient, seq) VALUES (?, ?)`
 	maxCounterChunk = 500
 )
 
@@ -151,7 +162,7 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 	for start, end := 0, 0; start < len(events); start = end {
 		end = chunkEnd(events, start, maxInsertRows, maxInsertBytes)
 		chunk := events[start:end]
-		args := make([]any, 0, len(chunk)*cols)
+		args := make([]any, 0, len(chunk)*(cols+2))
 		for _, e := range chunk {
 			var group any
 			if e.GroupID != "" {
@@ -164,7 +175,11 @@ func Append(ctx context.Context, tx *sql.Tx, events []Event) error {
 			args = append(args, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
 				e.MessageID, epochs[e.To], string(e.Body), trace, e.OccurredAt, e.OccurredAt)
 		}
-		if _, err := tx.ExecContext(ctx, expand(insertEventsSQL, len(chunk)), args...); err != nil {
+		for _, e := range chunk {
+			args = append(args, e.To, e.Seq)
+		}
+		// The events and their queue rows in one text, one round trip.
+		if _, err := tx.ExecContext(ctx, expand(insertEventsSQL, len(chunk))+";\n"+expand(insertQueueSQL, len(chunk)), args...); err != nil {
 			return fmt.Errorf("outbox: insert: %w", err)
 		}
 	}
@@ -190,6 +205,9 @@ func InsertTaken(ctx context.Context, tx mysql.Execer, e *Event, epoch int) erro
 	if _, err := tx.ExecContext(ctx, insertEventsSQL, e.To, e.Seq, e.EventID, e.Type, e.From, e.TaskID, e.ContextID, group,
 		e.MessageID, epoch, string(e.Body), trace, e.OccurredAt, e.OccurredAt); err != nil {
 		return fmt.Errorf("outbox: insert: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, insertQueueSQL, e.To, e.Seq); err != nil {
+		return fmt.Errorf("outbox: queue: %w", err)
 	}
 	return nil
 }

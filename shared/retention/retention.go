@@ -69,7 +69,8 @@ var Tables = map[string]Bound{
 	"task_messages":     {Rule: "deleted with their task", Setting: SettingTasks},
 	"task_artifacts":    {Rule: "deleted with their task", Setting: SettingTasks},
 	"task_contexts":     {Rule: "deleted once no task is left in the conversation and it is older than the task retention", Setting: SettingTasks},
-	"outbox_events":     {Rule: "a settled event is deleted this long after it settled (outbox.Janitor); pending ones drain", Setting: SettingOutbox},
+	"outbox_events":     {Rule: "a delivered event is deleted this long after it occurred, a dead letter this long after it was given up on (outbox.Janitor); pending ones drain", Setting: SettingOutbox},
+	"outbox_queue":      {Rule: "one row per event the dispatcher has yet to publish; deleted when it publishes or dead-letters it"},
 	"idempotency_keys":  {Rule: "deleted this long after the write they answer", Setting: SettingOutbox},
 	"schema_migrations": {Rule: "one row per migration file"},
 }

@@ -30,10 +30,13 @@ const (
 	// last task passed. Neither locks anything.
 	oldTasksSQL      = `SELECT task_id, updated_at, initiator, recipient FROM tasks WHERE status = ? AND updated_at < ? ORDER BY updated_at, task_id LIMIT ?`
 	oldTasksAfterSQL = `SELECT task_id, updated_at, initiator, recipient FROM tasks WHERE status = ? AND updated_at < ? AND updated_at >= ? AND (updated_at > ? OR task_id > ?) ORDER BY updated_at, task_id LIMIT ?`
-	// pendingTasksSQL finds the candidates with an undelivered event, through
-	// the index outbox_pending (delivery, recipient, seq): an event about a
-	// task goes to one of its two parties.
-	pendingTasksSQL = `SELECT DISTINCT task_id FROM outbox_events WHERE delivery = 'pending' AND recipient IN (?) AND task_id IN (?)`
+	// pendingTasksSQL finds the candidates with an undelivered event: the
+	// queued events of the parties (an event about a task goes to one of its
+	// two parties), and those still marked pending through the index
+	// outbox_pending (delivery, recipient, seq); see outbox.PendingEventsSQL.
+	pendingTasksSQL = `SELECT e.task_id FROM outbox_queue q STRAIGHT_JOIN outbox_events e ON e.recipient = q.recipient AND e.seq = q.seq
+WHERE q.recipient IN (?) AND e.task_id IN (?)
+UNION SELECT task_id FROM outbox_events WHERE delivery = 'pending' AND recipient IN (?) AND task_id IN (?)`
 	// lockTasksSQL locks the candidates by primary key and nothing else: a
 	// condition on status or updated_at could make the server walk (and
 	// lock, gaps included) the index tasks_idle, where new tasks go, so the
@@ -136,8 +139,9 @@ func (r *run) notPending(ctx context.Context, cands []candidate) ([]any, error) 
 		}
 		ids = append(ids, c.id)
 	}
-	stmt := expand(pendingTasksSQL, len(pargs), len(ids))
-	pending, err := query(ctx, r.j.DB, scanString, stmt, append(pargs, ids...)...)
+	stmt := expand(pendingTasksSQL, len(pargs), len(ids), len(pargs), len(ids))
+	args := append(append(append(append([]any{}, pargs...), ids...), pargs...), ids...)
+	pending, err := query(ctx, r.j.DB, scanString, stmt, args...)
 	return without(ids, pending), err
 }
 

@@ -96,6 +96,10 @@ func TestInboxAPI(t *testing.T) {
 		if _, err := f.db.Exec("UPDATE outbox_events SET delivery = ?, sent_at = ? WHERE recipient = 'bob' AND seq = 3", outbox.SentDelivery, t0); err != nil {
 			t.Fatal(err)
 		}
+		// Settled events are out of the queue; seq 4 stays in it.
+		if _, err := f.db.Exec("DELETE FROM outbox_queue WHERE recipient = 'bob' AND seq <= 3"); err != nil {
+			t.Fatal(err)
+		}
 		var got []string
 		for _, e := range f.events(t, "bob") {
 			got = append(got, e.Delivery)

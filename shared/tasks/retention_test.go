@@ -53,7 +53,7 @@ func TestIdempotencyKeysExpireWithTheRetention(t *testing.T) {
 // settle marks every outbox event delivered, as the dispatcher would.
 func (f *fixture) settle(t *testing.T) {
 	t.Helper()
-	if _, err := f.db.Exec("UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending'", f.clock()); err != nil {
+	if _, err := f.db.Exec("DELETE FROM outbox_queue"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -113,7 +113,7 @@ func TestTheJanitorDeletesTerminalTasksPastTheRetentionWithAllTheirRows(t *testi
 	f.advance(retain + time.Hour)
 	young := f.send(t, "alice", tasks.SendRequest{To: "bob", Parts: text("young"), MessageID: "young"}).TaskID
 	f.finish(t, young)
-	if _, err := f.db.Exec("UPDATE outbox_events SET delivery = 'sent', sent_at = ? WHERE delivery = 'pending' AND task_id <> ?", f.clock(), pending); err != nil {
+	if _, err := f.db.Exec("DELETE q FROM outbox_queue q JOIN outbox_events e ON e.recipient = q.recipient AND e.seq = q.seq WHERE e.task_id <> ?", pending); err != nil {
 		t.Fatal(err)
 	}
 

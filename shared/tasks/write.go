@@ -471,10 +471,10 @@ func (s *Service) newTask(ctx context.Context, caller, keyID string, req SendReq
 	}
 }
 
-// The send procedure (migrations/0012_send_procedure.sql): its CALL, with
+// The send procedure (send_new_task_v2, migrations/0013_outbox_queue.sql; v1 in 0012): its CALL, with
 // identity.SendProcedureArgs first, and the signal of any refusal.
 const (
-	sendNewTaskSQL = `CALL send_new_task_v1(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sendNewTaskSQL = `CALL send_new_task_v2(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sendRefused    = "send_new_task: refused"
 )
 
