@@ -92,7 +92,7 @@ func TestTheMigrationGivesTheApplicationUserDMLOnItsSchemaOnly(t *testing.T) {
 		// missing EXECUTE grant would be 1370.
 		args := []any{"nobody-a", "nobody-b", "nobody-a", "nobody-b", false, "", int64(0), int64(1), int64(1),
 			"t", "submitted", "m", "[]", "2026-01-01 00:00:00", "e", "message", "{}", nil, nil, nil, nil}
-		_, err := app.ExecContext(ctx, "CALL send_new_task_v1("+mysql.Placeholders(len(args))+")", args...)
+		_, err := app.ExecContext(ctx, "CALL send_new_task_v2("+mysql.Placeholders(len(args))+")", args...)
 		if mysqlErrNumber(err) != 1644 {
 			t.Fatalf("got %v, want error 1644 (the procedure's refusal)", err)
 		}
