@@ -573,10 +573,7 @@ func (d *Dispatcher) buildAndPublish(ctx context.Context, o *outcome) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
 	defer cancel()
-	var stream PublishStream
-	if sp, ok := d.Publisher.(StreamPublisher); ok {
-		stream = sp.Stream(pctx, len(rows))
-	}
+	stream := streamOf(pctx, d.Publisher, len(rows))
 	built := d.buildAll(rows)
 	k := 0
 	for i := range o.batches {
@@ -594,23 +591,35 @@ func (d *Dispatcher) buildAndPublish(ctx context.Context, o *outcome) {
 				o.st.Undeliverable++
 			}
 			o.recs = append(o.recs, r.rec)
-			if stream != nil {
-				stream.Add(r.rec)
-			}
+			stream.Add(r.rec)
 			b.sent++
 		}
 		k += n
 	}
-	var errs []error
-	if stream != nil {
-		errs = stream.Wait()
-	} else {
-		errs = d.Publisher.Publish(pctx, o.recs)
-	}
+	errs := stream.Wait()
 	for _, b := range o.batches {
 		copy(b.errs, errs[b.first:b.first+b.sent])
 	}
 }
+
+// streamOf is p's stream of up to n records, or, for a Publisher that is
+// not a StreamPublisher, one that publishes them all at once in Wait.
+func streamOf(ctx context.Context, p Publisher, n int) PublishStream {
+	if sp, ok := p.(StreamPublisher); ok {
+		return sp.Stream(ctx, n)
+	}
+	return &batchStream{p: p, ctx: ctx, recs: make([]*kgo.Record, 0, n)}
+}
+
+// batchStream is the PublishStream of a plain Publisher.
+type batchStream struct {
+	p    Publisher
+	ctx  context.Context
+	recs []*kgo.Record
+}
+
+func (s *batchStream) Add(rec *kgo.Record) { s.recs = append(s.recs, rec) }
+func (s *batchStream) Wait() []error       { return s.p.Publish(s.ctx, s.recs) }
 
 // builtRecord is buildRecord's answer for one row.
 type builtRecord struct {
